@@ -1,0 +1,2 @@
+//! `logbook-engine` (not yet built).
+#![forbid(unsafe_code)]

@@ -1,0 +1,1 @@
+//! `logbook-fs`: workspace reads (not yet built).

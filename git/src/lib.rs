@@ -1,0 +1,2 @@
+//! `logbook-git` (not yet built).
+#![forbid(unsafe_code)]
