@@ -1,0 +1,506 @@
+//! Subcommands of `logbook`. Each one builds the wire parameters, calls the
+//! same dispatcher the server uses, and prints the answer for a person (or,
+//! with `--json`, exactly as the wire has it).
+
+use std::io::{self, Read, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand};
+use serde_json::value::RawValue;
+use serde_json::{json, Value};
+
+use logbook_api::{dispatch, ApiError, ErrorCode, Host};
+
+mod show;
+
+#[derive(Parser, Debug)]
+#[command(name = "logbook", version, about = "Durable, searchable history for agent sessions")]
+pub struct Args {
+    /// The Root directory (default: $LOGBOOK_ROOT, else `.logbook` in the current directory).
+    #[arg(long, global = true)]
+    root: Option<PathBuf>,
+    /// Print answers exactly as the wire has them (JSON).
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Make a new Root (the directory must be absent or empty).
+    Init,
+    /// List the Sessions of the Root.
+    Sessions,
+    /// Start a Session.
+    New {
+        /// The Session id (generated when absent).
+        #[arg(long)]
+        id: Option<String>,
+        /// The Session's workspace directory (absolute, fixed for its life).
+        #[arg(long)]
+        workspace: Option<PathBuf>,
+        #[arg(long)]
+        operation: Option<String>,
+    },
+    /// Append events, one JSON object per line, from a file or `-` for standard input.
+    Append {
+        session: String,
+        #[arg(default_value = "-")]
+        file: PathBuf,
+        /// The operation; defaults to one derived from the events, so a repeat is harmless.
+        #[arg(long)]
+        operation: Option<String>,
+    },
+    /// Show history rows (forward from the start, or newest first with --backward).
+    History {
+        session: String,
+        #[arg(long)]
+        through: Option<u64>,
+        #[arg(long, default_value_t = 128)]
+        limit: u32,
+        #[arg(long)]
+        backward: bool,
+        /// Follow the pages to the end.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Search a Session's history for a literal text.
+    Search {
+        session: String,
+        query: String,
+        #[arg(long)]
+        case_sensitive: bool,
+        #[arg(long)]
+        whole_word: bool,
+        #[arg(long)]
+        through: Option<u64>,
+        /// Stop after this many hits.
+        #[arg(long, default_value_t = 100)]
+        max_hits: usize,
+    },
+    /// Print one whole field of a row.
+    Source {
+        session: String,
+        /// The row's event sequence.
+        sequence: u64,
+        /// The row's index inside its event.
+        #[arg(default_value_t = 0)]
+        item: u32,
+        #[arg(long, default_value = "body")]
+        field: String,
+    },
+    /// Fork a Session from a settled Turn, or from all of it.
+    Fork {
+        session: String,
+        /// The invocation of the Turn to fork at (all history when absent).
+        #[arg(long)]
+        turn: Option<String>,
+        #[arg(long)]
+        operation: Option<String>,
+    },
+    /// Show a Session's diagnostics, newest first.
+    Diagnostics { session: String },
+    /// Show the latest prepared model request of a Session.
+    Context { session: String },
+    /// List a directory of a Session's workspace.
+    Ls {
+        session: String,
+        #[arg(default_value = "")]
+        path: String,
+    },
+    /// Print a file of a Session's workspace.
+    Cat { session: String, path: String },
+    /// Git views of a Session's workspace.
+    Git {
+        #[command(subcommand)]
+        command: GitCommand,
+    },
+    /// Capture the workspace change against HEAD as a stored patch and print it.
+    Patch {
+        session: String,
+        #[arg(long)]
+        operation: Option<String>,
+    },
+    /// Walk every checksum of the Root.
+    Verify,
+    /// Serve the JSON-lines protocol on standard input and output.
+    Serve,
+    /// Import agent transcripts (JSONL) into new Sessions.
+    Import {
+        files: Vec<PathBuf>,
+        /// The workspace to give the imported Sessions.
+        #[arg(long)]
+        workspace: Option<PathBuf>,
+    },
+    /// The tour: write a real session, read it back, search it, look at this directory.
+    Demo,
+}
+
+#[derive(Subcommand, Debug)]
+enum GitCommand {
+    /// Staged, worktree and untracked changes.
+    Status { session: String },
+    /// The diff of one path in one area (staged, worktree or untracked).
+    Diff {
+        session: String,
+        path: String,
+        #[arg(long, default_value = "worktree")]
+        area: String,
+    },
+}
+
+pub struct Ctx {
+    pub host: Host,
+    pub json: bool,
+}
+
+impl Ctx {
+    pub fn call(&self, method: &str, params: Value) -> Result<Value, ApiError> {
+        let raw = RawValue::from_string(params.to_string()).expect("a Value always encodes");
+        let answer = dispatch::call(&self.host, method, Some(&raw), &mut |_| {})?;
+        Ok(serde_json::from_str(answer.get()).expect("the dispatcher writes JSON"))
+    }
+
+    fn print(&self, value: &Value, human: impl FnOnce(&Value)) {
+        if self.json {
+            println!("{value}");
+        } else {
+            human(value);
+        }
+    }
+}
+
+pub fn run(args: Args) -> Result<(), ApiError> {
+    let root = logbook_api::default_root(args.root);
+    match args.command {
+        Command::Init => {
+            logbook_engine::Root::init(&root)?;
+            println!("initialised an empty Root at {}", root.display());
+            Ok(())
+        }
+        Command::Serve => {
+            let host = Arc::new(Host::open_or_init(&root)?);
+            let stdin = io::stdin().lock();
+            logbook_api::serve::serve(host, stdin, Box::new(io::stdout()))
+                .map_err(|err| ApiError::new(ErrorCode::Io, format!("serve: {err}")))
+        }
+        Command::Demo => crate::cli::demo_entry(&root),
+        command => {
+            let ctx = Ctx {
+                host: Host::open_or_init(&root)?,
+                json: args.json,
+            };
+            run_command(&ctx, command)
+        }
+    }
+}
+
+fn demo_entry(root: &std::path::Path) -> Result<(), ApiError> {
+    logbook_api::demo::run(root)
+}
+
+fn path_param(path: &str) -> Value {
+    use base64::Engine as _;
+    json!({ "bytesBase64": base64::engine::general_purpose::STANDARD.encode(path.as_bytes()) })
+}
+
+fn derived_operation(prefix: &str, parts: &[&[u8]]) -> String {
+    use sha2::Digest as _;
+    let mut h = sha2::Sha256::new();
+    for p in parts {
+        h.update((p.len() as u64).to_le_bytes());
+        h.update(p);
+    }
+    let hex: String = h.finalize().iter().take(12).map(|b| format!("{b:02x}")).collect();
+    format!("{prefix}-{hex}")
+}
+
+fn run_command(ctx: &Ctx, command: Command) -> Result<(), ApiError> {
+    match command {
+        Command::Sessions => {
+            let v = ctx.call("sessions", json!({}))?;
+            ctx.print(&v, show::sessions);
+        }
+        Command::New {
+            id,
+            workspace,
+            operation,
+        } => {
+            let workspace = workspace.map(|w| std::path::absolute(&w).unwrap_or(w));
+            let op = operation.unwrap_or_else(|| {
+                derived_operation("cli-new", &[id.as_deref().unwrap_or("").as_bytes()])
+            });
+            let v = ctx.call(
+                "createSession",
+                json!({"sessionId": id, "workspace": workspace, "operation": op}),
+            )?;
+            ctx.print(&v, |v| println!("{}", v["sessionId"].as_str().unwrap_or("")));
+        }
+        Command::Append {
+            session,
+            file,
+            operation,
+        } => {
+            let mut text = String::new();
+            if file.as_os_str() == "-" {
+                io::stdin()
+                    .read_to_string(&mut text)
+                    .map_err(|e| ApiError::new(ErrorCode::Io, format!("reading stdin: {e}")))?;
+            } else {
+                text = std::fs::read_to_string(&file).map_err(|e| {
+                    ApiError::new(ErrorCode::Io, format!("reading {}: {e}", file.display()))
+                })?;
+            }
+            let mut events = Vec::new();
+            for (n, line) in text.lines().enumerate() {
+                if line.trim().is_empty() {
+                    continue;
+                }
+                let raw = RawValue::from_string(line.to_owned()).map_err(|e| {
+                    ApiError::invalid(format!("line {}: not a JSON event: {e}", n + 1))
+                })?;
+                events.push(raw);
+            }
+            let op = operation.unwrap_or_else(|| {
+                derived_operation("cli-append", &[session.as_bytes(), text.as_bytes()])
+            });
+            let joined: Vec<&str> = events.iter().map(|r| r.get()).collect();
+            let params = format!(
+                "{{\"sessionId\":{},\"operation\":{},\"events\":[{}]}}",
+                Value::from(session.clone()),
+                Value::from(op),
+                joined.join(",")
+            );
+            let raw = RawValue::from_string(params).expect("assembled from valid JSON parts");
+            let answer = dispatch::call(&ctx.host, "append", Some(&raw), &mut |_| {})?;
+            let v: Value = serde_json::from_str(answer.get()).expect("the dispatcher writes JSON");
+            ctx.print(&v, |v| {
+                println!("appended sequences {} to {}", v["firstSequence"], v["lastSequence"])
+            });
+        }
+        Command::History {
+            session,
+            through,
+            limit,
+            backward,
+            all,
+        } => {
+            let direction = if backward { "backward" } else { "forward" };
+            let mut after = Value::Null;
+            let mut through = through.map(Value::from).unwrap_or(Value::Null);
+            loop {
+                let v = ctx.call(
+                    "history",
+                    json!({"sessionId": session, "through": through, "after": after,
+                           "limit": limit, "direction": direction}),
+                )?;
+                ctx.print(&v, show::rows);
+                through = v["through"].clone();
+                after = v["nextAfter"].clone();
+                if !all || after.is_null() {
+                    break;
+                }
+            }
+        }
+        Command::Search {
+            session,
+            query,
+            case_sensitive,
+            whole_word,
+            through,
+            max_hits,
+        } => {
+            let mut after = Value::Null;
+            let mut through = through.map(Value::from).unwrap_or(Value::Null);
+            let mut hits = 0usize;
+            loop {
+                let v = ctx.call(
+                    "search",
+                    json!({"sessionId": session, "query": query, "caseSensitive": case_sensitive,
+                           "wholeWord": whole_word, "through": through, "after": after}),
+                )?;
+                hits += v["hits"].as_array().map_or(0, Vec::len);
+                ctx.print(&v, |v| show::hits(ctx, &session, v));
+                through = v["through"].clone();
+                after = v["nextAfter"].clone();
+                if after.is_null() || hits >= max_hits {
+                    break;
+                }
+            }
+            if !ctx.json {
+                println!("{hits} hit(s)");
+            }
+        }
+        Command::Source {
+            session,
+            sequence,
+            item,
+            field,
+        } => {
+            let mut after = Value::Null;
+            let mut stdout = io::stdout().lock();
+            loop {
+                let v = ctx.call(
+                    "source",
+                    json!({"sessionId": session, "through": null, "field": field, "after": after,
+                           "position": {"sourceSequence": sequence, "itemIndex": item}}),
+                )?;
+                if ctx.json {
+                    println!("{v}");
+                } else {
+                    let _ = stdout.write_all(v["text"].as_str().unwrap_or("").as_bytes());
+                }
+                after = v["nextAfter"].clone();
+                if after.is_null() {
+                    break;
+                }
+            }
+        }
+        Command::Fork {
+            session,
+            turn,
+            operation,
+        } => {
+            let info = ctx.call("sessions", json!({}))?;
+            let revision = info
+                .as_array()
+                .and_then(|list| list.iter().find(|s| s["sessionId"] == session.as_str()))
+                .map(|s| s["revision"].clone())
+                .ok_or_else(|| ApiError::not_found(format!("no session {session:?}")))?;
+            let from = match &turn {
+                Some(inv) => json!({"kind": "turn", "invocation": inv}),
+                None => json!({"kind": "all"}),
+            };
+            let op = operation.unwrap_or_else(|| {
+                derived_operation(
+                    "cli-fork",
+                    &[session.as_bytes(), revision.to_string().as_bytes(), from.to_string().as_bytes()],
+                )
+            });
+            let v = ctx.call(
+                "fork",
+                json!({"sessionId": session, "operation": op, "from": from, "revision": revision}),
+            )?;
+            ctx.print(&v, |v| println!("forked into {}", v["sessionId"].as_str().unwrap_or("")));
+        }
+        Command::Diagnostics { session } => {
+            let v = ctx.call("diagnostics", json!({"sessionId": session, "through": null}))?;
+            ctx.print(&v, |v| println!("{}", serde_json::to_string_pretty(v).unwrap_or_default()));
+        }
+        Command::Context { session } => {
+            let v = ctx.call("context", json!({"sessionId": session, "through": null}))?;
+            ctx.print(&v, |v| println!("{}", serde_json::to_string_pretty(v).unwrap_or_default()));
+        }
+        Command::Ls { session, path } => {
+            let mut after = Value::Null;
+            loop {
+                let v = ctx.call(
+                    "listFiles",
+                    json!({"sessionId": session, "path": path_param(&path), "after": after}),
+                )?;
+                ctx.print(&v, show::entries);
+                after = v["next"].clone();
+                if after.is_null() {
+                    break;
+                }
+            }
+        }
+        Command::Cat { session, path } => cat(ctx, &session, &path)?,
+        Command::Git { command } => match command {
+            GitCommand::Status { session } => {
+                let v = ctx.call("gitStatus", json!({"sessionId": session}))?;
+                ctx.print(&v, show::git_status);
+            }
+            GitCommand::Diff {
+                session,
+                path,
+                area,
+            } => {
+                let v = ctx.call(
+                    "gitDiff",
+                    json!({"sessionId": session, "path": path_param(&path), "area": area}),
+                )?;
+                ctx.print(&v, |v| match v["kind"].as_str() {
+                    Some("text") => print!("{}", v["patch"].as_str().unwrap_or("")),
+                    Some(kind) => println!("({kind}{})", v["reason"].as_str().map(|r| format!(": {r}")).unwrap_or_default()),
+                    None => println!("{v}"),
+                });
+            }
+        },
+        Command::Patch { session, operation } => {
+            let op = operation.unwrap_or_else(|| {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos())
+                    .unwrap_or_default();
+                format!("cli-patch-{now}")
+            });
+            let info = ctx.call("snapshotPatch", json!({"sessionId": session, "operation": op}))?;
+            if ctx.json {
+                println!("{info}");
+                return Ok(());
+            }
+            let mut after = Value::Null;
+            loop {
+                let v = ctx.call(
+                    "readPatch",
+                    json!({"sessionId": session, "patchId": info["patchId"], "after": after}),
+                )?;
+                print!("{}", v["text"].as_str().unwrap_or(""));
+                after = v["nextAfter"].clone();
+                if after.is_null() {
+                    break;
+                }
+            }
+            eprintln!("patch {} ({} bytes, {})", info["patchId"], info["bytes"], info["digest"]);
+        }
+        Command::Verify => {
+            let bar = indicatif::ProgressBar::new_spinner();
+            bar.set_message("verifying every checksum");
+            bar.enable_steady_tick(std::time::Duration::from_millis(100));
+            let report = ctx.host.root().verify();
+            bar.finish_and_clear();
+            let report = report?;
+            println!("{report:?}");
+        }
+        Command::Import { files, workspace } => {
+            logbook_api::import::run(&ctx.host, &files, workspace.as_deref(), ctx.json)?;
+        }
+        Command::Init | Command::Serve | Command::Demo => unreachable!("handled before a Host is opened"),
+    }
+    Ok(())
+}
+
+fn cat(ctx: &Ctx, session: &str, path: &str) -> Result<(), ApiError> {
+    use base64::Engine as _;
+    let raw = RawValue::from_string(
+        json!({"sessionId": session, "path": path_param(path)}).to_string(),
+    )
+    .expect("a Value always encodes");
+    let mut stdout = io::stdout().lock();
+    let mut outcome = None;
+    dispatch::call(&ctx.host, "readFile", Some(&raw), &mut |item| {
+        let item: Value = serde_json::from_str(item.get()).expect("the dispatcher writes JSON");
+        if ctx.json {
+            let _ = writeln!(stdout, "{item}");
+            return;
+        }
+        match item["kind"].as_str() {
+            Some("chunk") => {
+                let data = base64::engine::general_purpose::STANDARD
+                    .decode(item["dataBase64"].as_str().unwrap_or(""))
+                    .unwrap_or_default();
+                let _ = stdout.write_all(&data);
+            }
+            Some("begin") | Some("end") => {}
+            Some(other) => outcome = Some(other.to_owned()),
+            None => {}
+        }
+    })?;
+    if let Some(kind) = outcome {
+        eprintln!("{path}: {kind}");
+    }
+    Ok(())
+}

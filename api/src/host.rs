@@ -1,0 +1,308 @@
+//! [`Host`]: one synchronous API over a Root, a Session's workspace and its git state.
+//!
+//! Storage operations go to the engine's [`Root`]; workspace reads go to
+//! `logbook-fs` through a handle opened once per Session; git views go to
+//! `logbook-git`. The Host holds no storage logic of its own.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use base64::Engine as _;
+use logbook_engine::Root;
+use logbook_fs::{DirWatch, RelPath, Workspace};
+
+use crate::error::{ApiError, ErrorCode};
+use crate::wire::*;
+
+/// The longest a `watchFilesNext` may wait, so a forgotten request cannot pin a thread for ever.
+pub const WATCH_TIMEOUT_MS_MAX: u64 = 600_000;
+/// The wait of a `watchFilesNext` that names none.
+pub const WATCH_TIMEOUT_MS_DEFAULT: u64 = 30_000;
+/// Open file watches per Host; more is `busy` until some are closed.
+pub const FILE_WATCHES_MAX: usize = 1024;
+
+/// The Host API: open a Root once, then call any operation from any thread.
+///
+/// ```no_run
+/// use logbook_api::Host;
+/// let host = Host::open(std::path::Path::new("/tmp/example-root")).unwrap();
+/// for session in host.root().sessions().unwrap() {
+///     println!("{}", session.session_id);
+/// }
+/// ```
+#[derive(Debug)]
+pub struct Host {
+    root: Root,
+    workspaces: Mutex<HashMap<String, Arc<Workspace>>>,
+    watches: Mutex<HashMap<String, Arc<Mutex<Option<DirWatch>>>>>,
+    next_watch: AtomicU64,
+}
+
+impl Host {
+    /// Opens an existing Root (`busy` when another process holds it).
+    pub fn open(root: &Path) -> Result<Host, ApiError> {
+        Ok(Host::with_root(Root::open(root)?))
+    }
+
+    /// Opens a Root, creating it first when the directory is absent or empty.
+    pub fn open_or_init(root: &Path) -> Result<Host, ApiError> {
+        Ok(Host::with_root(Root::open_or_init(root)?))
+    }
+
+    pub fn with_root(root: Root) -> Host {
+        Host {
+            root,
+            workspaces: Mutex::new(HashMap::new()),
+            watches: Mutex::new(HashMap::new()),
+            next_watch: AtomicU64::new(1),
+        }
+    }
+
+    /// The engine, for every storage operation (history, search, fork, ...).
+    pub fn root(&self) -> &Root {
+        &self.root
+    }
+
+    /// The Session's workspace directory, or `invalid_argument` when it has none.
+    pub fn workspace_dir(&self, session_id: &str) -> Result<PathBuf, ApiError> {
+        let info = self.root.session_info(session_id)?;
+        match info.workspace {
+            Some(dir) => Ok(PathBuf::from(dir)),
+            None => Err(ApiError::invalid(format!(
+                "session {session_id:?} has no workspace; give one when creating the session"
+            ))),
+        }
+    }
+
+    fn workspace(&self, session_id: &str) -> Result<Arc<Workspace>, ApiError> {
+        let mut cache = self.workspaces.lock().expect("workspace cache lock poisoned");
+        if let Some(ws) = cache.get(session_id) {
+            return Ok(ws.clone());
+        }
+        let dir = self.workspace_dir(session_id)?;
+        let hidden = hidden_paths(&dir, self.root.path());
+        let ws = Arc::new(Workspace::open(&dir, &hidden)?);
+        cache.insert(session_id.to_owned(), ws.clone());
+        Ok(ws)
+    }
+
+    pub fn list_files(&self, p: ListFilesParams) -> Result<ListFilesResult, ApiError> {
+        let ws = self.workspace(&p.session_id)?;
+        let path = rel_path(p.path.as_ref())?;
+        let page = ws.list(&path, p.after.as_deref())?;
+        Ok(ListFilesResult {
+            directory_identity: page.directory_identity,
+            entries: page
+                .entries
+                .into_iter()
+                .map(|e| FileEntry {
+                    name: WirePath::from_bytes(&e.name),
+                    kind: match e.kind {
+                        logbook_fs::EntryKind::File => FileKind::File,
+                        logbook_fs::EntryKind::Directory => FileKind::Directory,
+                        logbook_fs::EntryKind::Symlink => FileKind::Symlink,
+                        _ => FileKind::Other,
+                    },
+                    size: e.size,
+                })
+                .collect(),
+            next: page.next,
+        })
+    }
+
+    /// Reads one file and hands its items to `sink` in order: `begin`, chunks, `end`,
+    /// or one `absent` / `changed` / `binary` / `unsupported` item.
+    pub fn read_file(
+        &self,
+        p: ReadFileParams,
+        sink: &mut dyn FnMut(ReadFileItem),
+    ) -> Result<(), ApiError> {
+        let ws = self.workspace(&p.session_id)?;
+        let path = RelPath::parse(&p.path.decode()?)?;
+        match ws.read(&path, p.expected_version.as_deref())? {
+            logbook_fs::ReadOutcome::Content(content) => {
+                sink(ReadFileItem::Begin {
+                    version: content.version.clone(),
+                    size: content.size,
+                    content_type: content.content_type.clone(),
+                });
+                for (offset, bytes) in content.chunks() {
+                    sink(ReadFileItem::Chunk {
+                        offset,
+                        data_base64: B64.encode(bytes),
+                    });
+                }
+                sink(ReadFileItem::End {
+                    version: content.version.clone(),
+                    size: content.size,
+                    digest: content.digest.clone(),
+                });
+            }
+            logbook_fs::ReadOutcome::Absent => sink(ReadFileItem::Absent),
+            logbook_fs::ReadOutcome::Changed => sink(ReadFileItem::Changed),
+            logbook_fs::ReadOutcome::Binary => sink(ReadFileItem::Binary),
+            _ => sink(ReadFileItem::Unsupported),
+        }
+        Ok(())
+    }
+
+    pub fn watch_files_open(&self, p: WatchFilesOpenParams) -> Result<WatchFilesOpenResult, ApiError> {
+        let ws = self.workspace(&p.session_id)?;
+        let path = rel_path(p.path.as_ref())?;
+        let mut watches = self.watches.lock().expect("watch table lock poisoned");
+        if watches.len() >= FILE_WATCHES_MAX {
+            return Err(ApiError::new(
+                ErrorCode::Busy,
+                format!("{FILE_WATCHES_MAX} file watches are open; close some first"),
+            ));
+        }
+        let watch = ws.watch(&path)?;
+        let directory_identity = watch.directory_identity().to_owned();
+        let watch_id = format!("w{}", self.next_watch.fetch_add(1, Ordering::Relaxed));
+        watches.insert(watch_id.clone(), Arc::new(Mutex::new(Some(watch))));
+        Ok(WatchFilesOpenResult {
+            watch_id,
+            directory_identity,
+        })
+    }
+
+    /// Waits for the next notification of a watch (blocks up to `timeoutMs`).
+    pub fn watch_files_next(&self, p: WatchFilesNextParams) -> Result<WatchFilesNextResult, ApiError> {
+        let timeout = p.timeout_ms.unwrap_or(WATCH_TIMEOUT_MS_DEFAULT).min(WATCH_TIMEOUT_MS_MAX);
+        let slot = self.watch_slot(&p.watch_id)?;
+        let mut guard = slot.lock().expect("watch lock poisoned");
+        let Some(watch) = guard.as_mut() else {
+            return Err(ApiError::not_found(format!("watch {:?} is closed", p.watch_id)));
+        };
+        let event = match watch.next(Duration::from_millis(timeout))? {
+            logbook_fs::WatchEvent::Changed => FileWatchEvent::Changed,
+            logbook_fs::WatchEvent::Unavailable => FileWatchEvent::Unavailable,
+            _ => FileWatchEvent::Timeout,
+        };
+        Ok(WatchFilesNextResult { event })
+    }
+
+    /// Closes a watch; waits for a `watchFilesNext` in progress on it to settle first.
+    pub fn watch_files_close(&self, p: WatchFilesCloseParams) -> Result<(), ApiError> {
+        let slot = self
+            .watches
+            .lock()
+            .expect("watch table lock poisoned")
+            .remove(&p.watch_id)
+            .ok_or_else(|| ApiError::not_found(format!("no open watch {:?}", p.watch_id)))?;
+        let watch = slot.lock().expect("watch lock poisoned").take();
+        if let Some(watch) = watch {
+            watch.close();
+        }
+        Ok(())
+    }
+
+    fn watch_slot(&self, watch_id: &str) -> Result<Arc<Mutex<Option<DirWatch>>>, ApiError> {
+        self.watches
+            .lock()
+            .expect("watch table lock poisoned")
+            .get(watch_id)
+            .cloned()
+            .ok_or_else(|| ApiError::not_found(format!("no open watch {watch_id:?}")))
+    }
+
+    /// `null` when the workspace root holds no `.git`.
+    pub fn git_status(&self, p: SessionParams) -> Result<Option<GitStatusResult>, ApiError> {
+        let dir = self.workspace_dir(&p.session_id)?;
+        let Some(status) = logbook_git::status(&dir)? else {
+            return Ok(None);
+        };
+        let changes = |list: Vec<logbook_git::Change>| {
+            list.into_iter()
+                .map(|c| GitChange {
+                    path: WirePath::from_bytes(&c.path),
+                    change: match c.change {
+                        logbook_git::ChangeKind::Added => GitChangeKind::Added,
+                        logbook_git::ChangeKind::Deleted => GitChangeKind::Deleted,
+                        logbook_git::ChangeKind::TypeChanged => GitChangeKind::TypeChanged,
+                        _ => GitChangeKind::Modified,
+                    },
+                })
+                .collect()
+        };
+        Ok(Some(GitStatusResult {
+            head: status.head,
+            staged: changes(status.staged),
+            worktree: changes(status.worktree),
+            untracked: status
+                .untracked
+                .iter()
+                .map(|p| GitUntracked {
+                    path: WirePath::from_bytes(p),
+                })
+                .collect(),
+        }))
+    }
+
+    pub fn git_diff(&self, p: GitDiffParams) -> Result<GitDiffResult, ApiError> {
+        let dir = self.workspace_dir(&p.session_id)?;
+        let path = p.path.decode()?;
+        let area = match p.area {
+            GitArea::Staged => logbook_git::Area::Staged,
+            GitArea::Worktree => logbook_git::Area::Worktree,
+            GitArea::Untracked => logbook_git::Area::Untracked,
+        };
+        Ok(match logbook_git::diff(&dir, &path, area)? {
+            logbook_git::Diff::Text(patch) => GitDiffResult::Text { patch },
+            logbook_git::Diff::Binary => GitDiffResult::Binary,
+            logbook_git::Diff::Unchanged => GitDiffResult::Unchanged,
+            logbook_git::Diff::Unsupported { reason } => GitDiffResult::Unsupported { reason },
+            #[allow(unreachable_patterns)]
+            _ => GitDiffResult::Unsupported {
+                reason: "a diff kind this build does not know".to_owned(),
+            },
+        })
+    }
+
+    /// Captures the workspace change against HEAD and stores it immutably in the Root.
+    /// A repeat of the operation returns the first capture, whatever changed since.
+    pub fn snapshot_patch(
+        &self,
+        p: SnapshotPatchParams,
+    ) -> Result<logbook_engine::PatchInfo, ApiError> {
+        if let Some(info) = self.root.patch_receipt(&p.session_id, &p.operation)? {
+            return Ok(info);
+        }
+        let dir = self.workspace_dir(&p.session_id)?;
+        let Some(bytes) = logbook_git::snapshot_patch(&dir)? else {
+            return Err(ApiError::new(
+                ErrorCode::Unsupported,
+                format!("the workspace {} holds no git repository", dir.display()),
+            ));
+        };
+        Ok(self.root.store_patch(&p.session_id, &p.operation, bytes)?)
+    }
+}
+
+fn rel_path(path: Option<&WirePath>) -> Result<RelPath, ApiError> {
+    match path {
+        None => Ok(RelPath::root()),
+        Some(p) => {
+            let bytes = p.decode()?;
+            if bytes.is_empty() {
+                Ok(RelPath::root())
+            } else {
+                Ok(RelPath::parse(&bytes)?)
+            }
+        }
+    }
+}
+
+/// The Root's folder, relative to the workspace, when the Root lives inside it.
+fn hidden_paths(workspace: &Path, root: &Path) -> Vec<Vec<u8>> {
+    use std::os::unix::ffi::OsStrExt;
+    let workspace = workspace.canonicalize().unwrap_or_else(|_| workspace.to_owned());
+    let root = root.canonicalize().unwrap_or_else(|_| root.to_owned());
+    match root.strip_prefix(&workspace) {
+        Ok(rel) if !rel.as_os_str().is_empty() => vec![rel.as_os_str().as_bytes().to_vec()],
+        _ => Vec::new(),
+    }
+}

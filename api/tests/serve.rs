@@ -1,0 +1,378 @@
+//! End-to-end: `logbook serve` as a child process, over stdin and stdout.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{json, Value};
+
+fn new_root() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap()
+}
+
+fn create(server: &mut Server, id: &str, workspace: Option<&std::path::Path>) {
+    let r = server.ok(
+        "createSession",
+        json!({"sessionId": id, "workspace": workspace, "operation": format!("create-{id}")}),
+    );
+    assert_eq!(r["sessionId"], id);
+}
+
+/// One settled Turn: a message, a completion with a call, its result, settled.
+fn turn(server: &mut Server, session: &str, n: usize) -> String {
+    let sent = server.ok(
+        "send",
+        json!({"sessionId": session, "operation": format!("send-{n}"), "text": format!("question {n}: why does the tombstone stay?"), "attachments": []}),
+    );
+    let inv = sent["invocation"].as_str().unwrap().to_owned();
+    let call = format!("call-{n}");
+    server.ok(
+        "append",
+        json!({"sessionId": session, "operation": format!("step-{n}"), "events": [
+            {"kind": "modelCompletion", "invocation": inv, "model": "m", "usage": null, "items": [
+                {"kind": "assistant", "body": format!("answer {n}"), "thinking": "hmm"},
+                {"kind": "toolCall", "id": call, "name": "read", "arguments": "{\"path\": \"a\""}]},
+            tool_result(&inv, &call, &format!("file {n} contents")),
+            {"kind": "turnSettled", "invocation": inv, "outcome": "completed"}]}),
+    );
+    inv
+}
+
+#[test]
+fn malformed_lines_get_errors_and_the_server_keeps_going() {
+    let root = new_root();
+    let mut s = Server::start(root.path());
+    s.send_line("this is not json");
+    let a = s.next_line();
+    assert_eq!(a["id"], Value::Null);
+    assert_eq!(a["error"]["code"], "invalid_argument");
+    s.send_line(r#"{"id": "x7", "params": {}}"#);
+    let a = s.next_line();
+    assert_eq!(a["id"], "x7");
+    assert_eq!(a["error"]["code"], "invalid_argument");
+    s.send_line(r#"{"id": 3, "method": "noSuchMethod", "params": {}}"#);
+    assert_eq!(s.next_line()["error"]["code"], "invalid_argument");
+    s.send_line("[1,2");
+    assert_eq!(s.next_line()["id"], Value::Null);
+    assert_eq!(s.err("history", json!({"sessionId": "absent"})), "not_found");
+    assert_eq!(s.err("history", json!({"nope": 1})), "invalid_argument");
+    // Still serving.
+    create(&mut s, "s1", None);
+    assert!(s.finish().success());
+}
+
+#[test]
+fn write_read_page_and_restart() {
+    let root = new_root();
+    let mut s = Server::start(root.path());
+    create(&mut s, "s1", None);
+    let invs: Vec<String> = (0..5).map(|n| turn(&mut s, "s1", n)).collect();
+    // 1 sessionCreated + 5 * (userMessage, modelCompletion, toolResult, turnSettled)
+    let page = s.ok("history", json!({"sessionId": "s1", "through": null, "after": null, "limit": 4}));
+    assert_eq!(page["through"], 21);
+    let rows = page["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 4);
+    assert_eq!(rows[0]["kind"], "user");
+    assert_eq!(rows[0]["position"], json!({"sourceSequence": 2, "itemIndex": 0}));
+    assert_eq!(rows[0]["invocation"], invs[0].as_str());
+    assert_eq!(rows[1]["kind"], "assistant");
+    assert_eq!(rows[1]["fields"]["thinking"]["text"], "hmm");
+    assert_eq!(rows[2]["kind"], "toolCall");
+    assert_eq!(rows[2]["position"], json!({"sourceSequence": 3, "itemIndex": 1}));
+    assert_eq!(rows[2]["fields"]["arguments"]["text"], "{\"path\": \"a\"", "malformed arguments kept exactly");
+    assert_eq!(rows[3]["kind"], "toolResult");
+    assert_eq!(rows[3]["fields"]["body"], json!({"text": "file 0 contents", "bytes": 15, "truncated": false}));
+
+    // Follow the pages to the end under the fence.
+    let mut all = rows.clone();
+    let mut after = page["nextAfter"].clone();
+    while !after.is_null() {
+        let p = s.ok("history", json!({"sessionId": "s1", "through": 21, "after": after, "limit": 4}));
+        all.extend(p["rows"].as_array().unwrap().iter().cloned());
+        after = p["nextAfter"].clone();
+    }
+    assert_eq!(all.len(), 20);
+
+    // Backward from the end opens the conversation at its end.
+    let back = s.ok("history", json!({"sessionId": "s1", "direction": "backward", "limit": 2}));
+    let rows = back["rows"].as_array().unwrap();
+    assert_eq!(rows[0]["position"], json!({"sourceSequence": 20, "itemIndex": 0}));
+    assert_eq!(rows[1]["position"], json!({"sourceSequence": 19, "itemIndex": 1}));
+
+    // A repeat of an operation returns the first receipt; other parameters conflict.
+    let again = s.ok("send", json!({"sessionId": "s1", "operation": "send-0", "text": "question 0: why does the tombstone stay?", "attachments": []}));
+    assert_eq!(again["invocation"], invs[0].as_str());
+    assert_eq!(again["sequence"], 2);
+    assert_eq!(s.err("send", json!({"sessionId": "s1", "operation": "send-0", "text": "other", "attachments": []})), "conflict");
+    assert!(s.finish().success());
+
+    // After a restart: the same pages, the same receipts.
+    let mut s = Server::start(root.path());
+    let page2 = s.ok("history", json!({"sessionId": "s1", "through": null, "after": null, "limit": 4}));
+    assert_eq!(page2, page);
+    let again = s.ok("send", json!({"sessionId": "s1", "operation": "send-0", "text": "question 0: why does the tombstone stay?", "attachments": []}));
+    assert_eq!(again["sequence"], 2);
+    let sessions = s.ok("sessions", json!({}));
+    assert_eq!(sessions.as_array().unwrap().len(), 1);
+}
+
+#[test]
+fn invalid_batches_append_nothing() {
+    let root = new_root();
+    let mut s = Server::start(root.path());
+    create(&mut s, "s1", None);
+    let inv = s.ok("send", json!({"sessionId": "s1", "operation": "m", "text": "hi", "attachments": []}))["invocation"].clone();
+    let mut bad = tool_result(inv.as_str().unwrap(), "c", "body");
+    bad["digest"] = json!(digest(b"other"));
+    let good = json!({"kind": "turnSettled", "invocation": inv, "outcome": "completed"});
+    assert_eq!(s.err("append", json!({"sessionId": "s1", "operation": "a", "events": [good, bad]})), "invalid_argument");
+    assert_eq!(
+        s.err("append", json!({"sessionId": "s1", "operation": "a", "events": [{"kind": "noSuchKind"}]})),
+        "invalid_argument"
+    );
+    let h = s.ok("history", json!({"sessionId": "s1"}));
+    assert_eq!(h["through"], 2, "nothing was appended");
+    // The failed operation stored no receipt: it can now be applied.
+    let r = s.ok("append", json!({"sessionId": "s1", "operation": "a", "events": [good]}));
+    assert_eq!(r, json!({"firstSequence": 3, "lastSequence": 3}));
+}
+
+#[test]
+fn deep_raw_json_is_accepted() {
+    let root = new_root();
+    let mut s = Server::start(root.path());
+    create(&mut s, "s1", None);
+    let inv = s.ok("send", json!({"sessionId": "s1", "operation": "m", "text": "hi", "attachments": []}))["invocation"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let depth = 100_000;
+    let raw = format!("{}{}", "[".repeat(depth), "]".repeat(depth));
+    let body = "deep";
+    let line = format!(
+        r#"{{"id":99,"method":"append","params":{{"sessionId":"s1","operation":"deep","events":[{{"kind":"toolResult","invocation":"{inv}","toolCallId":"c","status":"ok","body":"{body}","raw":{raw},"parts":[],"bytes":4,"digest":"{}"}}]}}}}"#,
+        digest(body.as_bytes())
+    );
+    s.send_line(&line);
+    let a = s.answer(99);
+    assert_eq!(a["result"], json!({"firstSequence": 3, "lastSequence": 3}), "{a}");
+    assert!(s.finish().success());
+    // It reads back after a restart too (the log decodes it without recursion).
+    let mut s = Server::start(root.path());
+    let h = s.ok("history", json!({"sessionId": "s1"}));
+    assert_eq!(h["rows"].as_array().unwrap().last().unwrap()["fields"]["body"]["text"], "deep");
+}
+
+#[test]
+fn watch_waits_without_holding_up_later_requests() {
+    let root = new_root();
+    let mut s = Server::start(root.path());
+    create(&mut s, "s1", None);
+    let watch = s.request("watch", json!({"sessionId": "s1", "after": 1, "timeoutMs": 20_000}));
+    let started = Instant::now();
+    // Requests after the watch are answered while it waits.
+    let sent = s.ok("send", json!({"sessionId": "s1", "operation": "m", "text": "hi", "attachments": []}));
+    assert_eq!(sent["sequence"], 2);
+    let w = s.answer(watch);
+    assert!(started.elapsed() < Duration::from_secs(15), "the watch woke on the append");
+    let w = &w["result"];
+    assert_eq!(w["events"], json!([{"sequence": 2, "kind": "userMessage"}]));
+    assert_eq!(w["nextAfter"], 2);
+    assert_eq!(w["queue"].as_array().unwrap().len(), 1, "the sent message is admitted, not settled: {w}");
+    // A timeout answers with no events.
+    let t = Instant::now();
+    let w = s.ok("watch", json!({"sessionId": "s1", "after": 2, "timeoutMs": 200}));
+    assert!(t.elapsed() >= Duration::from_millis(150));
+    assert_eq!(w["events"], json!([]));
+}
+
+#[test]
+fn long_fields_are_cut_in_rows_and_read_whole_with_source() {
+    let root = new_root();
+    let mut s = Server::start(root.path());
+    create(&mut s, "s1", None);
+    // 70,000 bytes of two-byte characters: the cut must land on a boundary.
+    let text: String = "é".repeat(35_000);
+    s.ok("send", json!({"sessionId": "s1", "operation": "m", "text": text, "attachments": []}));
+    let h = s.ok("history", json!({"sessionId": "s1"}));
+    let body = &h["rows"][0]["fields"]["body"];
+    assert_eq!(body["bytes"], 70_000);
+    assert_eq!(body["truncated"], true);
+    let cut = body["text"].as_str().unwrap();
+    assert!(cut.len() <= 65_536 && cut.len() >= 65_534, "{}", cut.len());
+    let mut whole = String::new();
+    let mut after = Value::Null;
+    loop {
+        let part = s.ok("source", json!({"sessionId": "s1", "through": null, "field": "body", "after": after,
+            "position": {"sourceSequence": 2, "itemIndex": 0}, "limit": 10_001}));
+        let piece = part["text"].as_str().unwrap();
+        assert!(!piece.is_empty());
+        whole.push_str(piece);
+        after = part["nextAfter"].clone();
+        if after.is_null() {
+            break;
+        }
+    }
+    assert_eq!(whole, text);
+}
+
+#[test]
+fn search_finds_folded_text_page_by_page() {
+    let root = new_root();
+    let mut s = Server::start(root.path());
+    create(&mut s, "s1", None);
+    for (n, text) in ["Die STRAẞE ist lang", "straße und strasse", "ΣΊΣΥΦΟΣ σίσυφος", "nothing here"].iter().enumerate() {
+        s.ok("send", json!({"sessionId": "s1", "operation": format!("m{n}"), "text": text, "attachments": []}));
+    }
+    let mut hits = Vec::new();
+    let mut after = Value::Null;
+    let mut through = Value::Null;
+    loop {
+        let page = s.ok("search", json!({"sessionId": "s1", "query": "straße", "caseSensitive": false,
+            "wholeWord": false, "through": through, "after": after}));
+        hits.extend(page["hits"].as_array().unwrap().iter().cloned());
+        through = page["through"].clone();
+        after = page["nextAfter"].clone();
+        if after.is_null() {
+            break;
+        }
+    }
+    let found: Vec<(u64, u64, u64)> = hits
+        .iter()
+        .map(|h| (h["position"]["sourceSequence"].as_u64().unwrap(), h["start"].as_u64().unwrap(), h["end"].as_u64().unwrap()))
+        .collect();
+    // "STRAẞE" (ẞ is 3 bytes) and "straße" (ß is 2 bytes), never "strasse".
+    assert_eq!(found, vec![(2, 4, 12), (3, 0, 7)]);
+    assert_eq!(hits[0]["field"], "body");
+    assert_eq!(s.err("search", json!({"sessionId": "s1", "query": ""})), "invalid_argument");
+}
+
+#[test]
+fn workspace_reads_never_follow_links() {
+    let root = new_root();
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::write(ws.path().join("hello.txt"), "hello, world\n").unwrap();
+    std::fs::create_dir(ws.path().join("sub")).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", ws.path().join("link")).unwrap();
+    std::fs::create_dir(ws.path().join(".git")).unwrap();
+    let mut s = Server::start(root.path());
+    create(&mut s, "s1", Some(ws.path()));
+    let list = s.ok("listFiles", json!({"sessionId": "s1", "path": null, "after": null}));
+    let names: Vec<(String, String)> = list["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            use base64::Engine as _;
+            let n = base64::engine::general_purpose::STANDARD.decode(e["name"]["bytesBase64"].as_str().unwrap()).unwrap();
+            (String::from_utf8(n).unwrap(), e["kind"].as_str().unwrap().to_owned())
+        })
+        .collect();
+    assert!(names.contains(&("hello.txt".into(), "file".into())), "{names:?}");
+    assert!(names.contains(&("link".into(), "symlink".into())));
+    assert!(names.contains(&("sub".into(), "directory".into())));
+    assert!(!names.iter().any(|(n, _)| n == ".git"));
+
+    let id = s.request("readFile", json!({"sessionId": "s1", "path": path("hello.txt")}));
+    let (answer, items) = s.answer_with_items(id);
+    assert_eq!(answer["result"], Value::Null);
+    assert_eq!(items[0]["kind"], "begin");
+    assert_eq!(items[0]["contentType"], "text");
+    assert_eq!(items[1]["kind"], "chunk");
+    assert_eq!(items[1]["dataBase64"], b64(b"hello, world\n"));
+    assert_eq!(items[2]["kind"], "end");
+    assert_eq!(items[2]["digest"], digest(b"hello, world\n"));
+    let version = items[2]["version"].clone();
+    let id = s.request("readFile", json!({"sessionId": "s1", "path": path("hello.txt"), "expectedVersion": "nope"}));
+    assert_eq!(s.answer_with_items(id).1, vec![json!({"kind": "changed"})]);
+    std::fs::write(ws.path().join("hello.txt"), "hello, there\n").unwrap();
+    let id = s.request("readFile", json!({"sessionId": "s1", "path": path("hello.txt"), "expectedVersion": version}));
+    assert_eq!(s.answer_with_items(id).1, vec![json!({"kind": "changed"})]);
+    let id = s.request("readFile", json!({"sessionId": "s1", "path": path("absent.txt")}));
+    assert_eq!(s.answer_with_items(id).1, vec![json!({"kind": "absent"})]);
+
+    // The link is never followed: refused or unsupported, never /etc/passwd.
+    let id = s.request("readFile", json!({"sessionId": "s1", "path": path("link")}));
+    let (answer, items) = s.answer_with_items(id);
+    assert!(answer.get("error").is_some() || items == vec![json!({"kind": "unsupported"})], "{answer} {items:?}");
+    assert_eq!(s.err("readFile", json!({"sessionId": "s1", "path": path("../x")})), "invalid_argument");
+    assert_eq!(s.err("listFiles", json!({"sessionId": "s1", "path": path("/etc")})), "invalid_argument");
+
+    // A watch sees a change.
+    let w = s.ok("watchFilesOpen", json!({"sessionId": "s1", "path": null}));
+    assert_eq!(w["directoryIdentity"], list["directoryIdentity"]);
+    let next = s.request("watchFilesNext", json!({"watchId": w["watchId"], "timeoutMs": 10_000}));
+    std::thread::sleep(Duration::from_millis(100));
+    std::fs::write(ws.path().join("new.txt"), "x").unwrap();
+    assert_eq!(s.answer(next)["result"], json!({"event": "changed"}));
+    s.ok("watchFilesClose", json!({"watchId": w["watchId"]}));
+}
+
+#[test]
+fn git_status_and_diff_match_the_repository() {
+    let root = new_root();
+    let ws = tempfile::tempdir().unwrap();
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+            .args(args)
+            .current_dir(ws.path())
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    let mut s = Server::start(root.path());
+    create(&mut s, "plain", Some(ws.path()));
+    assert_eq!(s.ok("gitStatus", json!({"sessionId": "plain"})), Value::Null);
+    git(&["init", "-q"]);
+    std::fs::write(ws.path().join("a.txt"), "one\ntwo\n").unwrap();
+    git(&["add", "a.txt"]);
+    git(&["commit", "-qm", "first"]);
+    std::fs::write(ws.path().join("a.txt"), "one\nthree\n").unwrap();
+    std::fs::write(ws.path().join("b.txt"), "new\n").unwrap();
+    let st = s.ok("gitStatus", json!({"sessionId": "plain"}));
+    assert_eq!(st["head"].as_str().unwrap().len(), 40);
+    assert_eq!(st["staged"], json!([]));
+    assert_eq!(st["worktree"], json!([{"path": path("a.txt"), "change": "modified"}]));
+    assert_eq!(st["untracked"], json!([{"path": path("b.txt")}]));
+    let d = s.ok("gitDiff", json!({"sessionId": "plain", "path": path("a.txt"), "area": "worktree"}));
+    assert_eq!(d["kind"], "text");
+    let patch = d["patch"].as_str().unwrap();
+    assert!(patch.contains("-two\n+three\n"), "{patch}");
+    let d = s.ok("gitDiff", json!({"sessionId": "plain", "path": path("a.txt"), "area": "staged"}));
+    assert_eq!(d["kind"], "unchanged");
+
+    let p = s.ok("snapshotPatch", json!({"sessionId": "plain", "operation": "snap-1"}));
+    assert_eq!(p["digest"].as_str().unwrap().len(), 71);
+    let again = s.ok("snapshotPatch", json!({"sessionId": "plain", "operation": "snap-1"}));
+    assert_eq!(again, p, "a repeat returns the first capture");
+    let mut text = String::new();
+    let mut after = Value::Null;
+    loop {
+        let page = s.ok("readPatch", json!({"sessionId": "plain", "patchId": p["patchId"], "after": after, "limit": 64}));
+        text.push_str(page["text"].as_str().unwrap());
+        after = page["nextAfter"].clone();
+        if after.is_null() {
+            break;
+        }
+    }
+    assert_eq!(text.len() as u64, p["bytes"].as_u64().unwrap());
+    assert_eq!(digest(text.as_bytes()), p["digest"].as_str().unwrap());
+    assert!(text.contains("+++ b/b.txt"), "{text}");
+}
+
+#[test]
+fn a_second_writer_is_busy() {
+    let root = new_root();
+    let mut s = Server::start(root.path());
+    create(&mut s, "s1", None);
+    let out = std::process::Command::new(bin())
+        .args(["sessions", "--root"])
+        .arg(root.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("busy"), "{}", String::from_utf8_lossy(&out.stderr));
+}
