@@ -28,9 +28,20 @@
 
 mod error;
 mod fixed;
+mod fold;
 mod fsutil;
+mod matcher;
+#[rustfmt::skip]
+mod tables;
+#[cfg(test)]
+mod testrng;
+mod trigram;
 
 pub use error::{ErrorKind, IndexError};
 pub use fixed::{
     FixedIndex, FIXED_HEADER_BYTES, FIXED_INDEX_FORMAT_VERSION, FIXED_INDEX_MAGIC, FIXED_WIDTH_MAX,
 };
+pub use fold::{fold_char, fold_into, is_word_char};
+pub use matcher::Matcher;
+pub use tables::UNICODE_VERSION;
+pub use trigram::for_each_trigram;
