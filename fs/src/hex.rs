@@ -14,7 +14,7 @@ pub(crate) fn encode(bytes: &[u8]) -> String {
 /// `None` for odd length or a non-hex digit (upper case is refused: one spelling only).
 pub(crate) fn decode(s: &str) -> Option<Vec<u8>> {
     let b = s.as_bytes();
-    if b.len() % 2 != 0 {
+    if !b.len().is_multiple_of(2) {
         return None;
     }
     let val = |c: u8| match c {

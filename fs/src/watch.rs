@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use rustix::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
-use rustix::fs::{self, AtFlags, Dir};
+use rustix::fs::{self, AtFlags, Dir, Mode, OFlags};
 use rustix::io::Errno;
 
 use crate::error::{ErrorKind, FsError};
@@ -197,12 +197,10 @@ fn fingerprint(dir: &OwnedFd, path: &RelPath, hidden: &HiddenSet) -> Result<Opti
     if st.st_nlink == 0 {
         return Ok(None);
     }
-    let own = FileStamp::of(&st);
     let mut names = Vec::new();
-    let mut d = Dir::new(
-        dir.try_clone()
-            .map_err(|e| Errno::from_io_error(&e).unwrap_or(Errno::IO))?,
-    )?;
+    // A fresh open description: a duplicate would share (and keep) the read offset.
+    let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let mut d = Dir::new(fs::openat(dir, c".", flags, Mode::empty())?)?;
     while let Some(ent) = d.read() {
         let name = ent?.file_name().to_bytes().to_vec();
         if name != b"." && name != b".." && !hidden.hides_child(path, &name) {
@@ -210,8 +208,8 @@ fn fingerprint(dir: &OwnedFd, path: &RelPath, hidden: &HiddenSet) -> Result<Opti
         }
     }
     names.sort_unstable();
+    // The directory's own times are left out: they move for hidden children too.
     let mut h = DefaultHasher::new();
-    (own.mtime, own.ctime).hash(&mut h);
     for name in names {
         if let Ok(st) = fs::statat(dir, name.as_slice(), AtFlags::SYMLINK_NOFOLLOW) {
             let s = FileStamp::of(&st);
