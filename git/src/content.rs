@@ -74,7 +74,8 @@ impl<'r> Reader<'r> {
         let node = read_node(&self.repo.root, rel)?;
         let (mode, bytes) = match node {
             Node::Missing => return Ok(Worktree::Missing),
-            Node::Directory => return Ok(Worktree::NotAFile("a folder")),
+            // git too sees a file replaced by a folder as deleted (the folder's files are untracked).
+            Node::Directory => return Ok(Worktree::Missing),
             Node::Other => return Ok(Worktree::NotAFile("neither a file, a symlink nor a folder")),
             Node::Symlink { target } => (Mode::SYMLINK, target),
             Node::File { bytes, executable } => {

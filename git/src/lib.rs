@@ -65,7 +65,7 @@ pub struct Change {
 
 /// How a path changed. A change of the executable bit is `Modified`; file to symlink (or
 /// back) is `TypeChanged`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ChangeKind {
     Added,
     Modified,
