@@ -11,15 +11,25 @@ const ALPHABET: &[u8; 85] =
 
 fn deflate(data: &[u8]) -> Vec<u8> {
     let mut w = gix::zlib::stream::deflate::Write::new(Vec::new(), gix::zlib::Compression::DEFAULT);
-    w.write_all(data).expect("compressing into a Vec cannot fail");
-    w.flush().expect("finishing a zlib stream into a Vec cannot fail");
+    w.write_all(data)
+        .expect("compressing into a Vec cannot fail");
+    w.flush()
+        .expect("finishing a zlib stream into a Vec cannot fail");
     w.into_inner()
 }
 
 fn encode_line(out: &mut Vec<u8>, chunk: &[u8]) {
-    debug_assert!(!chunk.is_empty() && chunk.len() <= LINE_BYTES_MAX, "line of {} bytes", chunk.len());
+    debug_assert!(
+        !chunk.is_empty() && chunk.len() <= LINE_BYTES_MAX,
+        "line of {} bytes",
+        chunk.len()
+    );
     let n = chunk.len();
-    out.push(if n <= 26 { b'A' + (n as u8) - 1 } else { b'a' + (n as u8) - 27 });
+    out.push(if n <= 26 {
+        b'A' + (n as u8) - 1
+    } else {
+        b'a' + (n as u8) - 27
+    });
     for group in chunk.chunks(4) {
         let mut word = [0u8; 4];
         word[..group.len()].copy_from_slice(group);

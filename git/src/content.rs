@@ -62,15 +62,30 @@ pub(crate) struct Reader<'r> {
 
 impl<'r> Reader<'r> {
     pub(crate) fn new(repo: &'r Repo) -> Result<Reader<'r>, GitError> {
-        let (pipeline, index) =
-            repo.repo.filter_pipeline(None).map_err(|e| repo.workspace_err("prepare the filter pipeline", &e))?;
-        let file_mode = repo.repo.config_snapshot().boolean("core.fileMode").unwrap_or(true);
-        Ok(Reader { repo, pipeline, index, file_mode })
+        let (pipeline, index) = repo
+            .repo
+            .filter_pipeline(None)
+            .map_err(|e| repo.workspace_err("prepare the filter pipeline", &e))?;
+        let file_mode = repo
+            .repo
+            .config_snapshot()
+            .boolean("core.fileMode")
+            .unwrap_or(true);
+        Ok(Reader {
+            repo,
+            pipeline,
+            index,
+            file_mode,
+        })
     }
 
     /// The working file at `rel`; `index_mode` is the index entry's mode, used when
     /// core.fileMode is false (then the executable bit on disk means nothing).
-    pub(crate) fn read(&mut self, rel: &[u8], index_mode: Option<Mode>) -> Result<Worktree, GitError> {
+    pub(crate) fn read(
+        &mut self,
+        rel: &[u8],
+        index_mode: Option<Mode>,
+    ) -> Result<Worktree, GitError> {
         let node = read_node(&self.repo.root, rel)?;
         let (mode, bytes) = match node {
             Node::Missing => return Ok(Worktree::Missing),
@@ -116,18 +131,30 @@ impl<'r> Reader<'r> {
 
 impl Repo {
     pub(crate) fn blob(&self, id: &gix::oid) -> Result<Vec<u8>, GitError> {
-        let blob = self.repo.find_blob(id).map_err(|e| self.workspace_err("read a blob", &e))?;
+        let blob = self
+            .repo
+            .find_blob(id)
+            .map_err(|e| self.workspace_err("read a blob", &e))?;
         Ok(blob.detach().data)
     }
 
     pub(crate) fn side(&self, mode: Mode, id: &gix::oid) -> Result<Side, GitError> {
-        Ok(Side { mode, id: id.to_owned(), bytes: self.blob(id)? })
+        Ok(Side {
+            mode,
+            id: id.to_owned(),
+            bytes: self.blob(id)?,
+        })
     }
 
     /// The HEAD tree as an in-memory index (empty when HEAD is unborn).
     pub(crate) fn head_index(&self) -> Result<gix::index::File, GitError> {
-        let tree = self.repo.head_tree_id_or_empty().map_err(|e| self.workspace_err("read HEAD", &e))?;
-        self.repo.index_from_tree(&tree).map_err(|e| self.workspace_err("read the HEAD tree", &e))
+        let tree = self
+            .repo
+            .head_tree_id_or_empty()
+            .map_err(|e| self.workspace_err("read HEAD", &e))?;
+        self.repo
+            .index_from_tree(&tree)
+            .map_err(|e| self.workspace_err("read the HEAD tree", &e))
     }
 }
 
@@ -143,10 +170,17 @@ impl<'r> BinaryCheck<'r> {
     pub(crate) fn new(repo: &'r Repo) -> Result<BinaryCheck<'r>, GitError> {
         let stack = repo
             .repo
-            .attributes_only(&repo.index, gix::worktree::stack::state::attributes::Source::WorktreeThenIdMapping)
+            .attributes_only(
+                &repo.index,
+                gix::worktree::stack::state::attributes::Source::WorktreeThenIdMapping,
+            )
             .map_err(|e| repo.workspace_err("read attributes", &e))?;
         let matches = stack.selected_attribute_matches(["diff"]);
-        Ok(BinaryCheck { repo, stack, matches })
+        Ok(BinaryCheck {
+            repo,
+            stack,
+            matches,
+        })
     }
 
     pub(crate) fn is_binary(&mut self, rel: &[u8], sides: &[&[u8]]) -> Result<bool, GitError> {
@@ -162,7 +196,11 @@ impl<'r> BinaryCheck<'r> {
                 gix::attrs::StateRef::Set => Some(false),
                 gix::attrs::StateRef::Value(driver) => {
                     let key = format!("diff.{}.binary", driver.as_bstr().to_str_lossy());
-                    self.repo.repo.config_snapshot().boolean(key.as_str()).filter(|b| *b)
+                    self.repo
+                        .repo
+                        .config_snapshot()
+                        .boolean(key.as_str())
+                        .filter(|b| *b)
                 }
                 gix::attrs::StateRef::Unspecified => None,
             };

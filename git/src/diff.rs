@@ -40,7 +40,9 @@ pub(crate) fn diff_of(repo: &Repo, path: &[u8], area: Area) -> Result<Diff, GitE
                 Worktree::Missing => None,
                 Worktree::Present(side) => Some(side),
                 Worktree::NotAFile(what) => {
-                    return Ok(unsupported(format!("the working path is {what}, the index has a file")));
+                    return Ok(unsupported(format!(
+                        "the working path is {what}, the index has a file"
+                    )));
                 }
             };
             (old, new)
@@ -53,7 +55,9 @@ pub(crate) fn diff_of(repo: &Repo, path: &[u8], area: Area) -> Result<Diff, GitE
             let mut reader = Reader::new(repo)?;
             match reader.read(path, None)? {
                 Worktree::Missing => return Ok(Diff::Unchanged),
-                Worktree::NotAFile(what) => return Ok(unsupported(format!("the untracked path is {what}"))),
+                Worktree::NotAFile(what) => {
+                    return Ok(unsupported(format!("the untracked path is {what}")))
+                }
                 Worktree::Present(side) => (None, Some(side)),
             }
         }
@@ -76,33 +80,51 @@ fn is_ignored(repo: &Repo, path: &[u8]) -> Result<bool, GitError> {
             gix::worktree::stack::state::ignore::Source::WorktreeThenIdMappingIfNotSkipped,
         )
         .map_err(|e| repo.workspace_err("read ignore rules", &e))?;
-    let parts: Vec<usize> = path.iter().enumerate().filter(|(_, b)| **b == b'/').map(|(i, _)| i).collect();
+    let parts: Vec<usize> = path
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| **b == b'/')
+        .map(|(i, _)| i)
+        .collect();
     for end in parts {
         let dir = &path[..end];
-        let platform =
-            stack.at_entry(dir.as_bstr(), Some(Mode::DIR)).map_err(|e| repo.workspace_err("read ignore rules", &e))?;
+        let platform = stack
+            .at_entry(dir.as_bstr(), Some(Mode::DIR))
+            .map_err(|e| repo.workspace_err("read ignore rules", &e))?;
         if platform.is_excluded() {
             return Ok(true);
         }
     }
-    let platform =
-        stack.at_entry(path.as_bstr(), Some(Mode::FILE)).map_err(|e| repo.workspace_err("read ignore rules", &e))?;
+    let platform = stack
+        .at_entry(path.as_bstr(), Some(Mode::FILE))
+        .map_err(|e| repo.workspace_err("read ignore rules", &e))?;
     Ok(platform.is_excluded())
 }
 
-fn render_one(repo: &Repo, path: &[u8], old: Option<&Side>, new: Option<&Side>) -> Result<Diff, GitError> {
+fn render_one(
+    repo: &Repo,
+    path: &[u8],
+    old: Option<&Side>,
+    new: Option<&Side>,
+) -> Result<Diff, GitError> {
     let (o, n) = match (old, new) {
         (None, None) => return Ok(Diff::Unchanged),
         (o, n) => (o, n),
     };
     for side in [o, n].into_iter().flatten() {
         if side.mode == Mode::SYMLINK {
-            return Ok(unsupported("symlink: the change is to a link target, not to file content".into()));
+            return Ok(unsupported(
+                "symlink: the change is to a link target, not to file content".into(),
+            ));
         }
     }
     if let (Some(a), Some(b)) = (o, n) {
         if !same_type(a.mode, b.mode) {
-            return Ok(unsupported(format!("type change ({} to {})", mode_text(a.mode), mode_text(b.mode))));
+            return Ok(unsupported(format!(
+                "type change ({} to {})",
+                mode_text(a.mode),
+                mode_text(b.mode)
+            )));
         }
         if a.id == b.id {
             if a.mode == b.mode {
@@ -121,7 +143,10 @@ fn render_one(repo: &Repo, path: &[u8], old: Option<&Side>, new: Option<&Side>) 
     if BinaryCheck::new(repo)?.is_binary(path, &[old_bytes, new_bytes])? {
         return Ok(Diff::Binary);
     }
-    let algorithm = repo.repo.diff_algorithm().map_err(|e| repo.workspace_err("read diff.algorithm", &e))?;
+    let algorithm = repo
+        .repo
+        .diff_algorithm()
+        .map_err(|e| repo.workspace_err("read diff.algorithm", &e))?;
     let mut out = Vec::new();
     render::header(&mut out, path, o, n, false);
     let body = render::hunks(old_bytes, new_bytes, algorithm);
@@ -131,6 +156,8 @@ fn render_one(repo: &Repo, path: &[u8], old: Option<&Side>, new: Option<&Side>) 
     }
     match String::from_utf8(out) {
         Ok(text) => Ok(Diff::Text(text)),
-        Err(_) => Ok(unsupported("the content is not UTF-8, and a text patch is carried as UTF-8".into())),
+        Err(_) => Ok(unsupported(
+            "the content is not UTF-8, and a text patch is carried as UTF-8".into(),
+        )),
     }
 }

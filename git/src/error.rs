@@ -31,9 +31,18 @@ pub enum GitError {
     /// `diff` was asked about a workspace that holds no repository.
     NoRepository { workspace: PathBuf },
     /// A file of the workspace could not be read.
-    Io { path: PathBuf, op: &'static str, source: io::Error },
+    Io {
+        path: PathBuf,
+        op: &'static str,
+        source: io::Error,
+    },
     /// The repository (objects, index, refs, configuration) could not be read.
-    Repository { workspace: PathBuf, op: &'static str, kind: ErrorKind, message: String },
+    Repository {
+        workspace: PathBuf,
+        op: &'static str,
+        kind: ErrorKind,
+        message: String,
+    },
 }
 
 impl GitError {
@@ -49,11 +58,18 @@ impl GitError {
     }
 
     pub(crate) fn unsupported(workspace: &std::path::Path, reason: impl Into<String>) -> GitError {
-        GitError::Unsupported { workspace: workspace.to_path_buf(), reason: reason.into() }
+        GitError::Unsupported {
+            workspace: workspace.to_path_buf(),
+            reason: reason.into(),
+        }
     }
 
     pub(crate) fn io(path: impl Into<PathBuf>, op: &'static str, source: io::Error) -> GitError {
-        GitError::Io { path: path.into(), op, source }
+        GitError::Io {
+            path: path.into(),
+            op,
+            source,
+        }
     }
 
     /// Converts a foreign (gix) error into text, keeping its whole source chain, and picks a
@@ -80,7 +96,12 @@ impl GitError {
                 }
             }
         }
-        GitError::Repository { workspace: workspace.to_path_buf(), op, kind, message }
+        GitError::Repository {
+            workspace: workspace.to_path_buf(),
+            op,
+            kind,
+            message,
+        }
     }
 }
 

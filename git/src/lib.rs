@@ -27,6 +27,7 @@
 //! # Ok::<(), logbook_git::GitError>(())
 //! ```
 #![forbid(unsafe_code)]
+#![cfg_attr(test, allow(clippy::unwrap_used))]
 
 mod binary;
 mod content;
@@ -111,7 +112,9 @@ pub fn status(workspace: &Path) -> Result<Option<Status>, GitError> {
 pub fn diff(workspace: &Path, path: &[u8], area: Area) -> Result<Diff, GitError> {
     worktree::check_rel(path)?;
     let Some(repo) = repo::open(workspace)? else {
-        return Err(GitError::NoRepository { workspace: workspace.to_path_buf() });
+        return Err(GitError::NoRepository {
+            workspace: workspace.to_path_buf(),
+        });
     };
     diff::diff_of(&repo, path, area)
 }

@@ -59,7 +59,10 @@ pub(crate) fn snapshot_of(repo: &Repo) -> Result<Vec<u8>, GitError> {
         pairs.push(Pair { path, old, new });
     }
 
-    let algorithm = repo.repo.diff_algorithm().map_err(|e| repo.workspace_err("read diff.algorithm", &e))?;
+    let algorithm = repo
+        .repo
+        .diff_algorithm()
+        .map_err(|e| repo.workspace_err("read diff.algorithm", &e))?;
     let mut check = BinaryCheck::new(repo)?;
     let mut out = Vec::new();
     for pair in &pairs {
@@ -69,7 +72,14 @@ pub(crate) fn snapshot_of(repo: &Repo) -> Result<Vec<u8>, GitError> {
                 write_pair(&mut out, &mut check, algorithm, &pair.path, Some(o), None)?;
                 write_pair(&mut out, &mut check, algorithm, &pair.path, None, Some(n))?;
             }
-            (o, n) => write_pair(&mut out, &mut check, algorithm, &pair.path, o.as_ref(), n.as_ref())?,
+            (o, n) => write_pair(
+                &mut out,
+                &mut check,
+                algorithm,
+                &pair.path,
+                o.as_ref(),
+                n.as_ref(),
+            )?,
         }
     }
     Ok(out)
@@ -96,7 +106,10 @@ fn write_pair(
     if same_content {
         return Ok(());
     }
-    let links = [old, new].into_iter().flatten().any(|s| s.mode == Mode::SYMLINK);
+    let links = [old, new]
+        .into_iter()
+        .flatten()
+        .any(|s| s.mode == Mode::SYMLINK);
     if !links && check.is_binary(path, &[old_bytes, new_bytes])? {
         binary::body(out, old_bytes, new_bytes);
         return Ok(());

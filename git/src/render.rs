@@ -18,7 +18,9 @@ pub(crate) const ABBREV_HEX: usize = 7;
 /// `prefix` + `path`, C-quoted like git when the path holds a control byte, a quote, a
 /// backslash or a byte >= 0x80.
 pub(crate) fn quoted(prefix: &str, path: &[u8]) -> Vec<u8> {
-    let needs = path.iter().any(|&b| b < 0x20 || b == b'"' || b == b'\\' || b >= 0x7f);
+    let needs = path
+        .iter()
+        .any(|&b| b < 0x20 || b == b'"' || b == b'\\' || b >= 0x7f);
     let mut out = Vec::with_capacity(prefix.len() + path.len() + 2);
     if !needs {
         out.extend_from_slice(prefix.as_bytes());
@@ -38,7 +40,7 @@ pub(crate) fn quoted(prefix: &str, path: &[u8]) -> Vec<u8> {
             b'\r' => out.extend_from_slice(b"\\r"),
             b'"' => out.extend_from_slice(b"\\\""),
             b'\\' => out.extend_from_slice(b"\\\\"),
-            b if b < 0x20 || b >= 0x7f => {
+            b if !(0x20..0x7f).contains(&b) => {
                 out.extend_from_slice(format!("\\{b:03o}").as_bytes());
             }
             b => out.push(b),
@@ -62,23 +64,45 @@ fn hex(id: Option<&ObjectId>, full: bool) -> String {
 
 /// Writes `diff --git`, the mode lines and the `index` line. Returns nothing; the caller
 /// adds `---`/`+++` and the body when there is one.
-pub(crate) fn header(out: &mut Vec<u8>, path: &[u8], old: Option<&Side>, new: Option<&Side>, full_index: bool) {
+pub(crate) fn header(
+    out: &mut Vec<u8>,
+    path: &[u8],
+    old: Option<&Side>,
+    new: Option<&Side>,
+    full_index: bool,
+) {
     out.extend_from_slice(b"diff --git ");
     out.extend_from_slice(&quoted("a/", path));
     out.push(b' ');
     out.extend_from_slice(&quoted("b/", path));
     out.push(b'\n');
     match (old, new) {
-        (None, Some(n)) => out.extend_from_slice(format!("new file mode {}\n", mode_text(n.mode)).as_bytes()),
-        (Some(o), None) => out.extend_from_slice(format!("deleted file mode {}\n", mode_text(o.mode)).as_bytes()),
+        (None, Some(n)) => {
+            out.extend_from_slice(format!("new file mode {}\n", mode_text(n.mode)).as_bytes())
+        }
+        (Some(o), None) => {
+            out.extend_from_slice(format!("deleted file mode {}\n", mode_text(o.mode)).as_bytes())
+        }
         (Some(o), Some(n)) if o.mode != n.mode => out.extend_from_slice(
-            format!("old mode {}\nnew mode {}\n", mode_text(o.mode), mode_text(n.mode)).as_bytes(),
+            format!(
+                "old mode {}\nnew mode {}\n",
+                mode_text(o.mode),
+                mode_text(n.mode)
+            )
+            .as_bytes(),
         ),
         _ => {}
     }
     let (old_id, new_id) = (old.map(|s| &s.id), new.map(|s| &s.id));
     if old_id != new_id {
-        out.extend_from_slice(format!("index {}..{}", hex(old_id, full_index), hex(new_id, full_index)).as_bytes());
+        out.extend_from_slice(
+            format!(
+                "index {}..{}",
+                hex(old_id, full_index),
+                hex(new_id, full_index)
+            )
+            .as_bytes(),
+        );
         if let (Some(o), Some(n)) = (old, new) {
             if o.mode == n.mode {
                 out.extend_from_slice(format!(" {}", mode_text(o.mode)).as_bytes());
@@ -113,7 +137,10 @@ pub(crate) fn hunks(old: &[u8], new: &[u8], algorithm: Algorithm) -> Vec<u8> {
     let input = InternedInput::new(old, new);
     let mut diff = gix::diff::blob::Diff::compute(algorithm, &input);
     diff.postprocess_lines(&input);
-    let sink = GitHunks { out: Vec::new(), old_lines: old.split_inclusive(|b| *b == b'\n').collect() };
+    let sink = GitHunks {
+        out: Vec::new(),
+        old_lines: old.split_inclusive(|b| *b == b'\n').collect(),
+    };
     UnifiedDiff::new(&diff, &input, sink, ContextSize::symmetrical(CONTEXT_LINES))
         .consume()
         .expect("writing hunks into a Vec cannot fail")
@@ -125,7 +152,11 @@ struct GitHunks<'a> {
 }
 
 fn range(start: u32, len: u32) -> String {
-    let s = if len == 0 { start.saturating_sub(1) } else { start };
+    let s = if len == 0 {
+        start.saturating_sub(1)
+    } else {
+        start
+    };
     if len == 1 {
         format!("{s}")
     } else {
@@ -140,7 +171,10 @@ impl GitHunks<'_> {
         let line = self.old_lines[..first.min(self.old_lines.len())]
             .iter()
             .rev()
-            .find(|l| l.first().is_some_and(|c| c.is_ascii_alphabetic() || *c == b'_' || *c == b'$'))?;
+            .find(|l| {
+                l.first()
+                    .is_some_and(|c| c.is_ascii_alphabetic() || *c == b'_' || *c == b'$')
+            })?;
         let mut text = &line[..line.len().min(FUNCNAME_BYTES_MAX)];
         while let Some((last, rest)) = text.split_last() {
             if matches!(last, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c) {
@@ -156,7 +190,11 @@ impl GitHunks<'_> {
 impl ConsumeHunk for GitHunks<'_> {
     type Out = Vec<u8>;
 
-    fn consume_hunk(&mut self, h: HunkHeader, lines: &[(DiffLineKind, &[u8])]) -> std::io::Result<()> {
+    fn consume_hunk(
+        &mut self,
+        h: HunkHeader,
+        lines: &[(DiffLineKind, &[u8])],
+    ) -> std::io::Result<()> {
         let head = format!(
             "@@ -{} +{} @@",
             range(h.before_hunk_start, h.before_hunk_len),
@@ -177,7 +215,8 @@ impl ConsumeHunk for GitHunks<'_> {
             });
             self.out.extend_from_slice(line);
             if !line.ends_with(b"\n") {
-                self.out.extend_from_slice(b"\n\\ No newline at end of file\n");
+                self.out
+                    .extend_from_slice(b"\n\\ No newline at end of file\n");
             }
         }
         Ok(())

@@ -54,7 +54,10 @@ pub(crate) fn open(workspace: &Path) -> Result<Option<Repo>, GitError> {
     }
     let root = workdir.to_path_buf();
     if repo.object_hash() != gix::hash::Kind::Sha1 {
-        return Err(GitError::unsupported(workspace, "only SHA-1 repositories are supported"));
+        return Err(GitError::unsupported(
+            workspace,
+            "only SHA-1 repositories are supported",
+        ));
     }
     check_config(&repo, workspace)?;
     let drivers = strip_filter_drivers(&mut repo, workspace)?;
@@ -62,12 +65,25 @@ pub(crate) fn open(workspace: &Path) -> Result<Option<Repo>, GitError> {
         .index_or_empty()
         .map_err(|e| GitError::repository(workspace, "read the index", &e))?;
     check_index(&index, workspace)?;
+    check_split_index(&repo, workspace)?;
     if std::fs::symlink_metadata(root.join(".gitmodules")).is_ok() {
-        return Err(GitError::unsupported(workspace, "submodules (.gitmodules exists)"));
+        return Err(GitError::unsupported(
+            workspace,
+            "submodules (.gitmodules exists)",
+        ));
     }
-    let repo = Repo { repo, index, root, drivers };
-    let paths: Vec<Vec<u8>> =
-        repo.index.entries().iter().map(|e| e.path(&repo.index).to_vec()).collect();
+    let repo = Repo {
+        repo,
+        index,
+        root,
+        drivers,
+    };
+    let paths: Vec<Vec<u8>> = repo
+        .index
+        .entries()
+        .iter()
+        .map(|e| e.path(&repo.index).to_vec())
+        .collect();
     repo.check_filters(paths.iter().map(|p| p.as_slice()))?;
     Ok(Some(repo))
 }
@@ -76,7 +92,10 @@ fn check_config(repo: &gix::Repository, workspace: &Path) -> Result<(), GitError
     let cfg = repo.config_snapshot();
     let refuse = |key: &str, what: &str| -> Result<(), GitError> {
         if cfg.boolean(key).unwrap_or(false) {
-            return Err(GitError::unsupported(workspace, format!("{what} ({key} is true)")));
+            return Err(GitError::unsupported(
+                workspace,
+                format!("{what} ({key} is true)"),
+            ));
         }
         Ok(())
     };
@@ -98,13 +117,21 @@ fn strip_filter_drivers(
     {
         let cfg = repo.config_snapshot();
         let file = cfg.plumbing();
-        for (section, id) in file.sections_and_ids_by_name("filter").into_iter().flatten() {
+        for (section, id) in file
+            .sections_and_ids_by_name("filter")
+            .into_iter()
+            .flatten()
+        {
             ids.push(id);
             let has_command = ["clean", "smudge", "process"]
                 .iter()
                 .any(|k| section.value(k).is_some_and(|v| !v.trim().is_empty()));
             if let Some(name) = section.header().subsection_name() {
-                if has_command && !names.iter().any(|n: &Vec<u8>| n.as_slice() == name.as_bytes()) {
+                if has_command
+                    && !names
+                        .iter()
+                        .any(|n: &Vec<u8>| n.as_slice() == name.as_bytes())
+                {
                     names.push(name.to_vec());
                 }
             }
@@ -122,9 +149,41 @@ fn strip_filter_drivers(
     Ok(names)
 }
 
+/// gix merges a split index with its shared index silently; git's split-index semantics
+/// (shared index expiry, replaced entries) are refused instead, so the raw file is checked
+/// for a `link` extension.
+fn check_split_index(repo: &gix::Repository, workspace: &Path) -> Result<(), GitError> {
+    let path = repo.index_path();
+    let data = match std::fs::read(&path) {
+        Ok(d) => d,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(GitError::io(&path, "read", e)),
+    };
+    if !data.windows(4).any(|w| w == b"link") {
+        return Ok(());
+    }
+    let (state, _) = gix::index::State::from_bytes(
+        &data,
+        std::time::SystemTime::UNIX_EPOCH.into(),
+        repo.object_hash(),
+        Default::default(),
+    )
+    .map_err(|e| GitError::repository(workspace, "read the index", &e))?;
+    if state.link().is_some() {
+        return Err(GitError::unsupported(
+            workspace,
+            "split index (the index has a link extension)",
+        ));
+    }
+    Ok(())
+}
+
 fn check_index(index: &gix::index::File, workspace: &Path) -> Result<(), GitError> {
     if index.link().is_some() {
-        return Err(GitError::unsupported(workspace, "split index (the index has a link extension)"));
+        return Err(GitError::unsupported(
+            workspace,
+            "split index (the index has a link extension)",
+        ));
     }
     if index.is_sparse() {
         return Err(GitError::unsupported(workspace, "sparse index"));
@@ -134,11 +193,17 @@ fn check_index(index: &gix::index::File, workspace: &Path) -> Result<(), GitErro
         if entry.stage() != Stage::Unconflicted {
             return Err(GitError::unsupported(
                 workspace,
-                format!("unmerged path {} (a merge is in progress)", quote_lossy(path)),
+                format!(
+                    "unmerged path {} (a merge is in progress)",
+                    quote_lossy(path)
+                ),
             ));
         }
         if path == ".gitmodules" {
-            return Err(GitError::unsupported(workspace, "submodules (.gitmodules is tracked)"));
+            return Err(GitError::unsupported(
+                workspace,
+                "submodules (.gitmodules is tracked)",
+            ));
         }
         if entry.mode == Mode::COMMIT {
             return Err(GitError::unsupported(
@@ -147,12 +212,18 @@ fn check_index(index: &gix::index::File, workspace: &Path) -> Result<(), GitErro
             ));
         }
         if entry.mode == Mode::DIR {
-            return Err(GitError::unsupported(workspace, "sparse index (a folder entry)"));
+            return Err(GitError::unsupported(
+                workspace,
+                "sparse index (a folder entry)",
+            ));
         }
         if entry.flags.contains(Flags::SKIP_WORKTREE) {
             return Err(GitError::unsupported(
                 workspace,
-                format!("sparse checkout (skip-worktree bit on {})", quote_lossy(path)),
+                format!(
+                    "sparse checkout (skip-worktree bit on {})",
+                    quote_lossy(path)
+                ),
             ));
         }
     }
@@ -164,7 +235,11 @@ pub(crate) fn quote_lossy(path: &BStr) -> String {
 }
 
 impl Repo {
-    pub(crate) fn workspace_err(&self, op: &'static str, e: &(dyn std::error::Error + 'static)) -> GitError {
+    pub(crate) fn workspace_err(
+        &self,
+        op: &'static str,
+        e: &(dyn std::error::Error + 'static),
+    ) -> GitError {
         GitError::repository(&self.root, op, e)
     }
 
@@ -183,7 +258,10 @@ impl Repo {
         }
         let mut stack = self
             .repo
-            .attributes_only(&self.index, gix::worktree::stack::state::attributes::Source::WorktreeThenIdMapping)
+            .attributes_only(
+                &self.index,
+                gix::worktree::stack::state::attributes::Source::WorktreeThenIdMapping,
+            )
             .map_err(|e| self.workspace_err("read attributes", &e))?;
         let mut matches = stack.selected_attribute_matches(["filter"]);
         for path in paths {

@@ -36,7 +36,9 @@ pub(crate) fn status_of(repo: &Repo) -> Result<Status, GitError> {
         .repo
         .status(gix::progress::Discard)
         .map_err(|e| repo.workspace_err("prepare status", &e))?
-        .index(gix::worktree::IndexPersistedOrInMemory::Persisted(repo.index.clone()))
+        .index(gix::worktree::IndexPersistedOrInMemory::Persisted(
+            repo.index.clone(),
+        ))
         // Set after `status()`, which applied status.showUntrackedFiles.
         .untracked_files(gix::status::UntrackedFiles::Files)
         .index_worktree_rewrites(None)
@@ -45,12 +47,21 @@ pub(crate) fn status_of(repo: &Repo) -> Result<Status, GitError> {
     let iter = platform
         .into_iter(Vec::<gix::bstr::BString>::new())
         .map_err(|e| repo.workspace_err("compute status", &e))?;
-    let mut status = Status { head, staged: Vec::new(), worktree: Vec::new(), untracked: Vec::new() };
+    let mut status = Status {
+        head,
+        staged: Vec::new(),
+        worktree: Vec::new(),
+        untracked: Vec::new(),
+    };
     for item in iter {
         let item = item.map_err(|e| repo.workspace_err("compute status", &e))?;
         match item {
             gix::status::Item::TreeIndex(change) => staged_change(repo, change, &mut status)?,
-            gix::status::Item::IndexWorktree(WtItem::Modification { rela_path, status: st, .. }) => {
+            gix::status::Item::IndexWorktree(WtItem::Modification {
+                rela_path,
+                status: st,
+                ..
+            }) => {
                 let kind = match st {
                     EntryStatus::NeedsUpdate(_) => continue,
                     EntryStatus::IntentToAdd => ChangeKind::Added,
@@ -58,7 +69,10 @@ pub(crate) fn status_of(repo: &Repo) -> Result<Status, GitError> {
                     EntryStatus::Change(WtChange::Type { .. }) => ChangeKind::TypeChanged,
                     EntryStatus::Change(WtChange::Modification { .. }) => ChangeKind::Modified,
                     EntryStatus::Change(WtChange::SubmoduleModification(_)) => {
-                        return Err(repo.unsupported(format!("submodule {}", quote_lossy(rela_path.as_ref()))));
+                        return Err(repo.unsupported(format!(
+                            "submodule {}",
+                            quote_lossy(rela_path.as_ref())
+                        )));
                     }
                     EntryStatus::Conflict { .. } => {
                         return Err(repo.unsupported(format!(
@@ -67,7 +81,10 @@ pub(crate) fn status_of(repo: &Repo) -> Result<Status, GitError> {
                         )));
                     }
                 };
-                status.worktree.push(Change { path: rela_path.to_vec(), change: kind });
+                status.worktree.push(Change {
+                    path: rela_path.to_vec(),
+                    change: kind,
+                });
             }
             gix::status::Item::IndexWorktree(WtItem::DirectoryContents { entry, .. }) => {
                 if entry.status != gix::dir::entry::Status::Untracked {
@@ -84,7 +101,9 @@ pub(crate) fn status_of(repo: &Repo) -> Result<Status, GitError> {
                 status.untracked.push(path);
             }
             gix::status::Item::IndexWorktree(WtItem::Rewrite { .. }) => {
-                return Err(repo.unsupported("rename tracking reported a rewrite although it is disabled"));
+                return Err(
+                    repo.unsupported("rename tracking reported a rewrite although it is disabled")
+                );
             }
         }
     }
@@ -95,29 +114,62 @@ pub(crate) fn status_of(repo: &Repo) -> Result<Status, GitError> {
     Ok(status)
 }
 
-fn staged_change(repo: &Repo, change: gix::diff::index::Change, status: &mut Status) -> Result<(), GitError> {
+fn staged_change(
+    repo: &Repo,
+    change: gix::diff::index::Change,
+    status: &mut Status,
+) -> Result<(), GitError> {
     let (path, kind, modes): (&[u8], ChangeKind, [Mode; 2]) = match &change {
-        ChangeRef::Addition { location, entry_mode, .. } => {
-            (location.as_bytes(), ChangeKind::Added, [*entry_mode, *entry_mode])
-        }
-        ChangeRef::Deletion { location, entry_mode, .. } => {
-            (location.as_bytes(), ChangeKind::Deleted, [*entry_mode, *entry_mode])
-        }
-        ChangeRef::Modification { location, previous_entry_mode, entry_mode, .. } => {
+        ChangeRef::Addition {
+            location,
+            entry_mode,
+            ..
+        } => (
+            location.as_bytes(),
+            ChangeKind::Added,
+            [*entry_mode, *entry_mode],
+        ),
+        ChangeRef::Deletion {
+            location,
+            entry_mode,
+            ..
+        } => (
+            location.as_bytes(),
+            ChangeKind::Deleted,
+            [*entry_mode, *entry_mode],
+        ),
+        ChangeRef::Modification {
+            location,
+            previous_entry_mode,
+            entry_mode,
+            ..
+        } => {
             let kind = if same_type(*previous_entry_mode, *entry_mode) {
                 ChangeKind::Modified
             } else {
                 ChangeKind::TypeChanged
             };
-            (location.as_bytes(), kind, [*previous_entry_mode, *entry_mode])
+            (
+                location.as_bytes(),
+                kind,
+                [*previous_entry_mode, *entry_mode],
+            )
         }
         ChangeRef::Rewrite { .. } => {
-            return Err(repo.unsupported("rename tracking reported a rewrite although it is disabled"));
+            return Err(
+                repo.unsupported("rename tracking reported a rewrite although it is disabled")
+            );
         }
     };
     if modes.contains(&Mode::COMMIT) {
-        return Err(repo.unsupported(format!("submodules (gitlink {})", quote_lossy(path.as_bstr()))));
+        return Err(repo.unsupported(format!(
+            "submodules (gitlink {})",
+            quote_lossy(path.as_bstr())
+        )));
     }
-    status.staged.push(Change { path: path.to_vec(), change: kind });
+    status.staged.push(Change {
+        path: path.to_vec(),
+        change: kind,
+    });
     Ok(())
 }

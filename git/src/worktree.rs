@@ -91,7 +91,9 @@ pub(crate) fn read_node(root: &Path, rel: &[u8]) -> Result<Node, GitError> {
         FileType::Symlink => {
             let target = rustix::fs::readlinkat(&dir, OsStr::from_bytes(leaf), Vec::new())
                 .map_err(|e| io("read the symlink", e))?;
-            Ok(Node::Symlink { target: target.into_bytes() })
+            Ok(Node::Symlink {
+                target: target.into_bytes(),
+            })
         }
         FileType::Directory => Ok(Node::Directory),
         FileType::RegularFile => {
@@ -126,7 +128,10 @@ pub(crate) fn read_node(root: &Path, rel: &[u8]) -> Result<Node, GitError> {
             let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0));
             file.read_to_end(&mut bytes)
                 .map_err(|e| GitError::io(&full, "read", e))?;
-            Ok(Node::File { bytes, executable: st.st_mode & 0o111 != 0 })
+            Ok(Node::File {
+                bytes,
+                executable: st.st_mode & 0o111 != 0,
+            })
         }
         _ => Ok(Node::Other),
     }

@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used)]
 //! Status, per-file diffs and snapshot patches compared with the git CLI on scripted
 //! repositories in many states.
 
@@ -35,10 +36,22 @@ fn clean_repository_is_empty() {
     assert_eq!(st.head.as_deref(), Some(head.trim()));
     assert!(st.staged.is_empty() && st.worktree.is_empty() && st.untracked.is_empty());
     assert_eq!(logbook_git::snapshot_patch(&r.path).unwrap().unwrap(), b"");
-    assert_eq!(logbook_git::diff(&r.path, b"a.txt", Area::Worktree).unwrap(), Diff::Unchanged);
-    assert_eq!(logbook_git::diff(&r.path, b"a.txt", Area::Staged).unwrap(), Diff::Unchanged);
-    assert_eq!(logbook_git::diff(&r.path, b"a.txt", Area::Untracked).unwrap(), Diff::Unchanged);
-    assert_eq!(logbook_git::diff(&r.path, b"nope.txt", Area::Worktree).unwrap(), Diff::Unchanged);
+    assert_eq!(
+        logbook_git::diff(&r.path, b"a.txt", Area::Worktree).unwrap(),
+        Diff::Unchanged
+    );
+    assert_eq!(
+        logbook_git::diff(&r.path, b"a.txt", Area::Staged).unwrap(),
+        Diff::Unchanged
+    );
+    assert_eq!(
+        logbook_git::diff(&r.path, b"a.txt", Area::Untracked).unwrap(),
+        Diff::Unchanged
+    );
+    assert_eq!(
+        logbook_git::diff(&r.path, b"nope.txt", Area::Worktree).unwrap(),
+        Diff::Unchanged
+    );
 }
 
 #[test]
@@ -57,10 +70,19 @@ fn staged_worktree_both_and_renames() {
     r.commit("base");
     r.write(b"modify_staged.txt", LINES.replace("six", "SIX").as_bytes());
     r.add(b"modify_staged.txt");
-    r.write(b"modify_worktree.txt", LINES.replace("two", "2").replace("eleven", "11").as_bytes());
+    r.write(
+        b"modify_worktree.txt",
+        LINES.replace("two", "2").replace("eleven", "11").as_bytes(),
+    );
     r.write(b"both.txt", LINES.replace("one", "ONE").as_bytes());
     r.add(b"both.txt");
-    r.write(b"both.txt", LINES.replace("one", "ONE").replace("twelve", "TWELVE\nthirteen").as_bytes());
+    r.write(
+        b"both.txt",
+        LINES
+            .replace("one", "ONE")
+            .replace("twelve", "TWELVE\nthirteen")
+            .as_bytes(),
+    );
     r.git(&["rm", "-q", "delete_staged.txt"]);
     r.rm(b"delete_worktree.txt");
     r.git(&["mv", "old_name.txt", "new_name.txt"]);
@@ -77,7 +99,9 @@ fn staged_worktree_both_and_renames() {
     r.write(b"u.txt", b"plain\nfile\n");
     let g = check_all(&r.path, &[]);
     assert!(g.0.contains(&(b"new_name.txt".to_vec(), ChangeKind::Added)));
-    assert!(g.0.contains(&(b"old_name.txt".to_vec(), ChangeKind::Deleted)));
+    assert!(g
+        .0
+        .contains(&(b"old_name.txt".to_vec(), ChangeKind::Deleted)));
     assert!(g.0.iter().any(|(p, _)| p == b"both.txt") && g.1.iter().any(|(p, _)| p == b"both.txt"));
 }
 
@@ -98,9 +122,22 @@ fn ignored_files_are_left_out() {
     r.write(b"x.globalignored", b"ignored by core.excludesFile\n");
     r.write(b"visible.txt", b"v\n");
     let g = check_all(&r.path, &[]);
-    assert_eq!(g.2, vec![b"sub/secret.keep".to_vec(), b"visible.txt".to_vec()]);
-    for p in [&b"debug.log"[..], b"build/out/x.o", b"sub/secret.txt", b"notes.excluded", b"x.globalignored"] {
-        assert_eq!(logbook_git::diff(&r.path, p, Area::Untracked).unwrap(), Diff::Unchanged, "{p:?}");
+    assert_eq!(
+        g.2,
+        vec![b"sub/secret.keep".to_vec(), b"visible.txt".to_vec()]
+    );
+    for p in [
+        &b"debug.log"[..],
+        b"build/out/x.o",
+        b"sub/secret.txt",
+        b"notes.excluded",
+        b"x.globalignored",
+    ] {
+        assert_eq!(
+            logbook_git::diff(&r.path, p, Area::Untracked).unwrap(),
+            Diff::Unchanged,
+            "{p:?}"
+        );
     }
 }
 
@@ -130,9 +167,15 @@ fn modes_symlinks_and_type_changes() {
     r.rm(b"file_to_dir");
     r.write(b"file_to_dir/inside.txt", b"now a folder\n");
     let g = check_all(&r.path, &[]);
-    assert!(g.1.contains(&(b"exec_worktree.sh".to_vec(), ChangeKind::Modified)));
-    assert!(g.1.contains(&(b"to_link.txt".to_vec(), ChangeKind::TypeChanged)));
-    assert!(g.0.contains(&(b"staged_to_file".to_vec(), ChangeKind::TypeChanged)));
+    assert!(g
+        .1
+        .contains(&(b"exec_worktree.sh".to_vec(), ChangeKind::Modified)));
+    assert!(g
+        .1
+        .contains(&(b"to_link.txt".to_vec(), ChangeKind::TypeChanged)));
+    assert!(g
+        .0
+        .contains(&(b"staged_to_file".to_vec(), ChangeKind::TypeChanged)));
     match logbook_git::diff(&r.path, b"exec_worktree.sh", Area::Worktree).unwrap() {
         Diff::Unsupported { reason } => assert!(reason.contains("mode change"), "{reason}"),
         other => panic!("{other:?}"),
@@ -141,7 +184,10 @@ fn modes_symlinks_and_type_changes() {
         Diff::Text(t) => assert!(t.contains("old mode 100644\nnew mode 100755\n"), "{t}"),
         other => panic!("{other:?}"),
     }
-    assert!(matches!(logbook_git::diff(&r.path, b"new_link", Area::Untracked).unwrap(), Diff::Unsupported { .. }));
+    assert!(matches!(
+        logbook_git::diff(&r.path, b"new_link", Area::Untracked).unwrap(),
+        Diff::Unsupported { .. }
+    ));
 }
 
 #[test]
@@ -153,7 +199,13 @@ fn names_are_exact_bytes() {
     r.write(b"quote\"back\\slash.txt", b"odd\n");
     r.write(b"tab\there.txt", b"tab\n");
     r.commit("base");
-    for p in [&b"caf\xe9-latin1.txt"[..], "é-utf8.txt".as_bytes(), b"with space.txt", b"quote\"back\\slash.txt", b"tab\there.txt"] {
+    for p in [
+        &b"caf\xe9-latin1.txt"[..],
+        "é-utf8.txt".as_bytes(),
+        b"with space.txt",
+        b"quote\"back\\slash.txt",
+        b"tab\there.txt",
+    ] {
         r.write(p, b"changed\n");
     }
     r.write(b"new \xff\xfe dir/na\xefve.txt", b"untracked non-utf8\n");
@@ -209,8 +261,14 @@ fn binary_by_nul_and_by_attribute() {
     }
     r.write(b"big.dat", &big);
     check_all(&r.path, &[]);
-    assert_eq!(logbook_git::diff(&r.path, b"nul.dat", Area::Worktree).unwrap(), Diff::Binary);
-    assert!(matches!(logbook_git::diff(&r.path, b"text.forced", Area::Worktree).unwrap(), Diff::Text(_)));
+    assert_eq!(
+        logbook_git::diff(&r.path, b"nul.dat", Area::Worktree).unwrap(),
+        Diff::Binary
+    );
+    assert!(matches!(
+        logbook_git::diff(&r.path, b"text.forced", Area::Worktree).unwrap(),
+        Diff::Text(_)
+    ));
 }
 
 #[test]
@@ -223,7 +281,10 @@ fn binary_deleted_and_staged() {
     r.write(b"staged.dat", &[2u8, 0, 2, 0].repeat(60));
     r.add(b"staged.dat");
     check_all(&r.path, &[]);
-    assert_eq!(logbook_git::diff(&r.path, b"staged.dat", Area::Staged).unwrap(), Diff::Binary);
+    assert_eq!(
+        logbook_git::diff(&r.path, b"staged.dat", Area::Staged).unwrap(),
+        Diff::Binary
+    );
 }
 
 #[test]

@@ -101,7 +101,10 @@ impl TestRepo {
         git(&self.path, args)
     }
     pub fn add(&self, rel: &[u8]) {
-        git_os(&self.path, &[OsStr::new("add"), OsStr::new("--"), OsStr::from_bytes(rel)]);
+        git_os(
+            &self.path,
+            &[OsStr::new("add"), OsStr::new("--"), OsStr::from_bytes(rel)],
+        );
     }
     pub fn commit(&self, msg: &str) {
         self.git(&["add", "-A"]);
@@ -109,7 +112,8 @@ impl TestRepo {
     }
     pub fn chmod(&self, rel: &[u8], mode: u32) {
         use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(self.p(rel), std::fs::Permissions::from_mode(mode)).expect("chmod");
+        std::fs::set_permissions(self.p(rel), std::fs::Permissions::from_mode(mode))
+            .expect("chmod");
     }
     pub fn symlink(&self, target: &str, rel: &[u8]) {
         let _ = std::fs::remove_file(self.p(rel));
@@ -120,7 +124,11 @@ impl TestRepo {
     }
 }
 
-pub type Groups = (Vec<(Vec<u8>, ChangeKind)>, Vec<(Vec<u8>, ChangeKind)>, Vec<Vec<u8>>);
+pub type Groups = (
+    Vec<(Vec<u8>, ChangeKind)>,
+    Vec<(Vec<u8>, ChangeKind)>,
+    Vec<Vec<u8>>,
+);
 
 fn kind(c: u8) -> Option<ChangeKind> {
     match c {
@@ -135,7 +143,16 @@ fn kind(c: u8) -> Option<ChangeKind> {
 
 /// `git status --porcelain=v2 -z --untracked-files=all --no-renames`, in three groups.
 pub fn git_status(ws: &Path) -> Groups {
-    let out = git(ws, &["status", "--porcelain=v2", "-z", "--untracked-files=all", "--no-renames"]);
+    let out = git(
+        ws,
+        &[
+            "status",
+            "--porcelain=v2",
+            "-z",
+            "--untracked-files=all",
+            "--no-renames",
+        ],
+    );
     let (mut staged, mut worktree, mut untracked) = (Vec::new(), Vec::new(), Vec::new());
     for rec in out.split(|b| *b == 0).filter(|r| !r.is_empty()) {
         match rec[0] {
@@ -152,7 +169,11 @@ pub fn git_status(ws: &Path) -> Groups {
                 }
             }
             b'?' => untracked.push(rec[2..].to_vec()),
-            other => panic!("unexpected porcelain record {:?} ({})", String::from_utf8_lossy(rec), other as char),
+            other => panic!(
+                "unexpected porcelain record {:?} ({})",
+                String::from_utf8_lossy(rec),
+                other as char
+            ),
         }
     }
     staged.sort();
@@ -162,13 +183,22 @@ pub fn git_status(ws: &Path) -> Groups {
 }
 
 pub fn ours(ws: &Path) -> Groups {
-    let st = logbook_git::status(ws).expect("status").expect("a repository");
-    let pairs = |v: Vec<logbook_git::Change>| v.into_iter().map(|c| (c.path, c.change)).collect::<Vec<_>>();
+    let st = logbook_git::status(ws)
+        .expect("status")
+        .expect("a repository");
+    let pairs = |v: Vec<logbook_git::Change>| {
+        v.into_iter()
+            .map(|c| (c.path, c.change))
+            .collect::<Vec<_>>()
+    };
     (pairs(st.staged), pairs(st.worktree), st.untracked)
 }
 
 fn from_first_hunk(text: &[u8]) -> &[u8] {
-    let at = text.windows(3).position(|w| w == b"@@ ").unwrap_or(text.len());
+    let at = text
+        .windows(3)
+        .position(|w| w == b"@@ ")
+        .unwrap_or(text.len());
     &text[at..]
 }
 
@@ -177,11 +207,44 @@ pub fn compare_diff(ws: &Path, path: &[u8], area: Area) {
     let ours = logbook_git::diff(ws, path, area).expect("diff");
     let p = OsStr::from_bytes(path);
     let reference = match area {
-        Area::Staged => git_os(ws, &["diff".as_ref(), "--cached".as_ref(), "--no-ext-diff".as_ref(), "--no-textconv".as_ref(), "--".as_ref(), p]),
-        Area::Worktree => git_os(ws, &["diff".as_ref(), "--no-ext-diff".as_ref(), "--no-textconv".as_ref(), "--".as_ref(), p]),
+        Area::Staged => git_os(
+            ws,
+            &[
+                "diff".as_ref(),
+                "--cached".as_ref(),
+                "--no-ext-diff".as_ref(),
+                "--no-textconv".as_ref(),
+                "--".as_ref(),
+                p,
+            ],
+        ),
+        Area::Worktree => git_os(
+            ws,
+            &[
+                "diff".as_ref(),
+                "--no-ext-diff".as_ref(),
+                "--no-textconv".as_ref(),
+                "--".as_ref(),
+                p,
+            ],
+        ),
         Area::Untracked => {
-            let out = git_raw(ws, &["diff".as_ref(), "--no-index".as_ref(), "--no-ext-diff".as_ref(), "--".as_ref(), "/dev/null".as_ref(), p]);
-            assert!(out.status.code() == Some(1), "git diff --no-index: {}", String::from_utf8_lossy(&out.stderr));
+            let out = git_raw(
+                ws,
+                &[
+                    "diff".as_ref(),
+                    "--no-index".as_ref(),
+                    "--no-ext-diff".as_ref(),
+                    "--".as_ref(),
+                    "/dev/null".as_ref(),
+                    p,
+                ],
+            );
+            assert!(
+                out.status.code() == Some(1),
+                "git diff --no-index: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
             out.stdout
         }
     };
@@ -200,7 +263,8 @@ pub fn compare_diff(ws: &Path, path: &[u8], area: Area) {
         Diff::Unchanged => assert!(reference.is_empty(), "ours unchanged, git:\n{shown}"),
         Diff::Unsupported { reason } => {
             // Only mode-only changes, type changes and symlinks are refused per file.
-            let expected = shown.contains("120000") || (shown.contains("old mode") && !shown.contains("@@"));
+            let expected =
+                shown.contains("120000") || (shown.contains("old mode") && !shown.contains("@@"));
             assert!(expected, "ours unsupported ({reason}), git:\n{shown}");
         }
     }
@@ -212,11 +276,17 @@ fn snapshot_tree(root: &Path, listing: &[Vec<u8>]) -> Vec<(Vec<u8>, String)> {
     let mut out = Vec::new();
     for rel in listing {
         let p = root.join(OsStr::from_bytes(rel));
-        let Ok(meta) = std::fs::symlink_metadata(&p) else { continue };
+        let Ok(meta) = std::fs::symlink_metadata(&p) else {
+            continue;
+        };
         let desc = if meta.file_type().is_symlink() {
             format!("link {:?}", std::fs::read_link(&p).expect("readlink"))
         } else if meta.is_file() {
-            format!("file x={} {:?}", meta.permissions().mode() & 0o100 != 0, std::fs::read(&p).expect("read"))
+            format!(
+                "file x={} {:?}",
+                meta.permissions().mode() & 0o100 != 0,
+                std::fs::read(&p).expect("read")
+            )
         } else {
             continue;
         };
@@ -226,8 +296,21 @@ fn snapshot_tree(root: &Path, listing: &[Vec<u8>]) -> Vec<(Vec<u8>, String)> {
 }
 
 fn listing(root: &Path) -> Vec<Vec<u8>> {
-    let out = git(root, &["ls-files", "-z", "--cached", "--others", "--exclude-standard"]);
-    let mut v: Vec<Vec<u8>> = out.split(|b| *b == 0).filter(|r| !r.is_empty()).map(|r| r.to_vec()).collect();
+    let out = git(
+        root,
+        &[
+            "ls-files",
+            "-z",
+            "--cached",
+            "--others",
+            "--exclude-standard",
+        ],
+    );
+    let mut v: Vec<Vec<u8>> = out
+        .split(|b| *b == 0)
+        .filter(|r| !r.is_empty())
+        .map(|r| r.to_vec())
+        .collect();
     v.sort();
     v.dedup();
     v
@@ -243,8 +326,17 @@ fn worktree_tree_id(root: &Path) -> Vec<u8> {
         let _ = std::fs::remove_file(&tmp);
     }
     let run = |args: &[&str]| {
-        let out = Command::new("git").args(args).current_dir(root).env("GIT_INDEX_FILE", &tmp).output().expect("git");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let out = Command::new("git")
+            .args(args)
+            .current_dir(root)
+            .env("GIT_INDEX_FILE", &tmp)
+            .output()
+            .expect("git");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         out.stdout
     };
     run(&["add", "-A"]);
@@ -255,8 +347,12 @@ fn worktree_tree_id(root: &Path) -> Vec<u8> {
 
 /// Applies our snapshot patch to a fresh clone of HEAD and checks that the result is the workspace.
 pub fn check_snapshot(ws: &Path, clone_config: &[&str]) {
-    let patch = logbook_git::snapshot_patch(ws).expect("snapshot").expect("repository");
-    let again = logbook_git::snapshot_patch(ws).expect("snapshot").expect("repository");
+    let patch = logbook_git::snapshot_patch(ws)
+        .expect("snapshot")
+        .expect("repository");
+    let again = logbook_git::snapshot_patch(ws)
+        .expect("snapshot")
+        .expect("repository");
     assert_eq!(patch, again, "snapshot patch is deterministic");
     let dir = tempfile::tempdir().expect("tempdir");
     let clone = dir.path().join("clone");
@@ -290,15 +386,26 @@ pub fn check_snapshot(ws: &Path, clone_config: &[&str]) {
         "clone + patch differs from the workspace; patch:\n{}",
         String::from_utf8_lossy(&patch)
     );
-    assert_eq!(worktree_tree_id(&clone), worktree_tree_id(ws), "git add -A trees differ");
+    assert_eq!(
+        worktree_tree_id(&clone),
+        worktree_tree_id(ws),
+        "git add -A trees differ"
+    );
 }
 
 /// Status, every per-file diff and the snapshot patch, all against git.
 pub fn check_all(ws: &Path, clone_config: &[&str]) -> Groups {
     let before = ours(ws);
     let reference = git_status(ws);
-    assert_eq!(before, reference, "status differs from git (ours first, git second)");
-    assert_eq!(ours(ws), reference, "status differs from git after git refreshed the index");
+    assert_eq!(
+        before, reference,
+        "status differs from git (ours first, git second)"
+    );
+    assert_eq!(
+        ours(ws),
+        reference,
+        "status differs from git after git refreshed the index"
+    );
     for (path, _) in &reference.0 {
         compare_diff(ws, path, Area::Staged);
     }
@@ -306,7 +413,12 @@ pub fn check_all(ws: &Path, clone_config: &[&str]) -> Groups {
         compare_diff(ws, path, Area::Worktree);
     }
     for path in &reference.2 {
-        if !path.ends_with(b"/") && !std::fs::symlink_metadata(ws.join(OsStr::from_bytes(path))).expect("lstat").file_type().is_symlink() {
+        if !path.ends_with(b"/")
+            && !std::fs::symlink_metadata(ws.join(OsStr::from_bytes(path)))
+                .expect("lstat")
+                .file_type()
+                .is_symlink()
+        {
             compare_diff(ws, path, Area::Untracked);
         }
     }
