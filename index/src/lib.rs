@@ -1,1 +1,47 @@
-//! `logbook-index`: memory-mapped offset indexes, trigram postings and case folding (not yet built).
+//! `logbook-index`: memory-mapped fixed-width indexes, trigram postings, and
+//! Unicode simple case folding with word boundaries.
+//!
+//! This crate knows byte strings and integers, never facts or Sessions. Every
+//! file it writes is derived data that the engine can rebuild from the log, so
+//! damage is always an error ([`IndexError`], kind `Corrupt` or
+//! `UnsupportedFormat`), never a panic and never wrong data.
+//!
+//! Invariants:
+//! - every file starts with a magic and a format version (named constants);
+//! - a mapped byte range is never modified in place: writers append past the
+//!   mapped length and map again, and truncation drops the map first;
+//! - `open` is cheap (header and bounds); `verify` walks every checksum.
+//!
+//! ```
+//! use logbook_index::FixedIndex;
+//! let dir = tempfile::tempdir().unwrap();
+//! let path = dir.path().join("seq.idx");
+//! let mut ix = FixedIndex::create(&path, *b"SEQ1", 8).unwrap();
+//! ix.push(&42u64.to_le_bytes());
+//! ix.sync().unwrap();
+//! let ix = FixedIndex::open(&path, *b"SEQ1", 8).unwrap();
+//! assert_eq!(ix.get(0), Some(&42u64.to_le_bytes()[..]));
+//! ```
+
+// Tests may unwrap: a panic there is a failed test, which is the point.
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
+mod error;
+mod fixed;
+mod fold;
+mod fsutil;
+mod matcher;
+#[rustfmt::skip]
+mod tables;
+#[cfg(test)]
+mod testrng;
+mod trigram;
+
+pub use error::{ErrorKind, IndexError};
+pub use fixed::{
+    FixedIndex, FIXED_HEADER_BYTES, FIXED_INDEX_FORMAT_VERSION, FIXED_INDEX_MAGIC, FIXED_WIDTH_MAX,
+};
+pub use fold::{fold_char, fold_into, is_word_char};
+pub use matcher::Matcher;
+pub use tables::UNICODE_VERSION;
+pub use trigram::for_each_trigram;

@@ -1,1 +1,67 @@
-//! `logbook-log`: the segmented, CRC-framed, append-only log (not yet built; see issue 2).
+//! `logbook-log`: the segmented, CRC-framed, append-only log under every Logbook Session.
+//!
+//! The log knows records (a kind byte and opaque payload bytes), not Sessions. Records are
+//! appended in **batches** that are atomic on recovery: after a crash a batch is wholly present
+//! or wholly absent. The byte layout is in `docs/format.md`; this crate implements exactly it.
+//!
+//! # Invariants
+//!
+//! - Every frame carries its length, a header CRC and a record CRC, both bound to the frame's
+//!   own segment and offset; nothing is returned as data unless its CRC matched.
+//! - A [`Location`] (segment, logical offset) never changes: sealing compresses a segment in
+//!   independent 64 KiB blocks but keeps its logical offsets (a block table maps them).
+//! - With [`Durability::Sync`], `append` returns after fdatasync; concurrent appenders share
+//!   one sync (group commit). After a failed write or sync the log is poisoned: every further
+//!   append fails until it is reopened. Nothing is retried silently.
+//! - Only the newest segment can have a torn tail; open cuts it (after copying it beside the
+//!   segment) and syncs the cut before anything is appended. Any other damage is an error naming
+//!   file and offset; a bad record is never skipped.
+//! - Open costs O(unsealed tail): sealed segments contribute their header, footer and block
+//!   table only. [`Log::verify`] walks every checksum.
+//! - Sealed segments are read through read-only maps, and a mapped file is never modified in
+//!   place. Readers take only short locks and never wait for a sync.
+//!
+//! # Example
+//!
+//! ```
+//! use logbook_log::{Log, LogConfig, Record};
+//! let dir = tempfile::tempdir()?;
+//! let log = Log::create(&dir.path().join("log"), LogConfig::default())?;
+//! let at = log.append(&[Record { kind: 1, payload: b"hello" }, Record { kind: 2, payload: b"world" }])?;
+//! assert_eq!(log.read(at[1])?.payload, b"world");
+//! drop(log);
+//! let (log, recovery) = Log::open(&dir.path().join("log"), LogConfig::default())?;
+//! assert_eq!(recovery.cut_bytes, 0);
+//! let all: Vec<_> = log.scan(log.start()).collect::<Result<_, _>>()?;
+//! assert_eq!(all.len(), 2);
+//! assert!(all[1].2, "the second record ends its batch");
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+#![cfg_attr(test, allow(clippy::unwrap_used))]
+
+mod cache;
+mod error;
+mod format;
+#[doc(hidden)]
+pub mod io;
+mod log;
+mod sealed;
+mod walk;
+
+pub use crate::cache::BLOCK_CACHE_BLOCKS;
+pub use crate::error::{ErrorKind, LogError};
+pub use crate::format::{
+    BATCH_BYTES_MAX, BLOCK_BYTES, LOG_FORMAT_VERSION, RECORD_PAYLOAD_BYTES_MAX, ZSTD_LEVEL,
+};
+pub use crate::log::{
+    Durability, Location, Log, LogConfig, OwnedRecord, Record, Recovery, Scan, VerifyReport,
+    SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, WRITE_BUFFER_BYTES,
+};
+
+/// Internal layouts, exposed for the fuzz targets and format tests only.
+#[doc(hidden)]
+pub mod internals {
+    pub use crate::format::*;
+    pub use crate::walk::{judge_tail, walk, Tail, Walk};
+}

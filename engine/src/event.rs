@@ -1,0 +1,699 @@
+//! Facts: the events a Session persists (SPEC section 2) and the rows they publish.
+//!
+//! Each type has two serde forms, chosen by `is_human_readable()`:
+//! - JSON (the wire): `kind`-tagged objects with camelCase field names exactly as the contract
+//!   writes them. Deserialising goes through a flat struct per tagged type rather than serde's
+//!   internally tagged enums, because those buffer the whole object into `Content` first, which
+//!   loses [`RawJson`]'s exact text and recurses on deep nesting.
+//! - postcard (the disk): externally tagged enums whose variant index is part of the format
+//!   (see `docs/format.md`); never reorder variants.
+
+use crate::json::RawJson;
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// `branch` of a forked Session.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Branch {
+    pub session_id: String,
+    pub through: u64,
+    pub turn: Option<String>,
+}
+
+/// Metadata of one attachment of a user message; the bytes live in the Root's blob store.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AttachmentMeta {
+    pub name: String,
+    pub mime_type: String,
+    pub bytes: u64,
+    pub digest: String,
+}
+
+/// Token usage reported with a model completion.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionCreated {
+    pub workspace: Option<String>,
+    pub branch: Option<Branch>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UserMessage {
+    pub invocation: String,
+    pub text: String,
+    pub attachments: Vec<AttachmentMeta>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelCompletion {
+    pub invocation: String,
+    pub model: String,
+    pub items: Vec<Item>,
+    pub usage: Option<Usage>,
+}
+
+/// `status` of a tool result.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ToolStatus {
+    Ok,
+    Error,
+    MalformedArguments,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolResult {
+    pub invocation: String,
+    pub tool_call_id: String,
+    pub status: ToolStatus,
+    pub body: String,
+    pub raw: RawJson,
+    pub parts: Vec<Part>,
+    pub bytes: u64,
+    pub digest: String,
+}
+
+/// `outcome` of a settled Turn.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Outcome {
+    Completed,
+    Stopped,
+    Failed,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TurnSettled {
+    pub invocation: String,
+    pub outcome: Outcome,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StopRequested {
+    pub invocation: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InteractionRequested {
+    pub interaction_id: String,
+    pub invocation: String,
+    pub prompt: String,
+    pub options: RawJson,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct InteractionResolved {
+    pub interaction_id: String,
+    pub response: RawJson,
+}
+
+/// One message group of a prepared model request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContextGroup {
+    pub role: String,
+    pub messages: RawJson,
+    pub estimated_tokens: u64,
+}
+
+/// One tool schema of a prepared model request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContextTool {
+    pub name: String,
+    pub estimated_tokens: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContextPrepared {
+    pub invocation: String,
+    pub groups: Vec<ContextGroup>,
+    pub tools: Vec<ContextTool>,
+    pub provider_usage: Option<RawJson>,
+}
+
+/// One persisted fact. JSON: `{"kind": "userMessage", ...}`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Event {
+    SessionCreated(SessionCreated),
+    UserMessage(UserMessage),
+    ModelCompletion(ModelCompletion),
+    ToolResult(ToolResult),
+    TurnSettled(TurnSettled),
+    StopRequested(StopRequested),
+    InteractionRequested(InteractionRequested),
+    InteractionResolved(InteractionResolved),
+    ContextPrepared(ContextPrepared),
+}
+
+impl Event {
+    /// The `kind` string of the wire form.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Event::SessionCreated(_) => "sessionCreated",
+            Event::UserMessage(_) => "userMessage",
+            Event::ModelCompletion(_) => "modelCompletion",
+            Event::ToolResult(_) => "toolResult",
+            Event::TurnSettled(_) => "turnSettled",
+            Event::StopRequested(_) => "stopRequested",
+            Event::InteractionRequested(_) => "interactionRequested",
+            Event::InteractionResolved(_) => "interactionResolved",
+            Event::ContextPrepared(_) => "contextPrepared",
+        }
+    }
+}
+
+/// An item of a model completion.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Item {
+    Assistant {
+        body: String,
+        thinking: Option<String>,
+    },
+    ToolCall {
+        id: String,
+        name: String,
+        arguments: String,
+        internal: bool,
+    },
+}
+
+/// A frozen projection part of a tool result.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Part {
+    Text { text: String },
+    Attachment { digest: String },
+}
+
+// ---- serde: events ---------------------------------------------------------------------------
+
+#[derive(Serialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+enum EventTagged<'a> {
+    SessionCreated(&'a SessionCreated),
+    UserMessage(&'a UserMessage),
+    ModelCompletion(&'a ModelCompletion),
+    ToolResult(&'a ToolResult),
+    TurnSettled(&'a TurnSettled),
+    StopRequested(&'a StopRequested),
+    InteractionRequested(&'a InteractionRequested),
+    InteractionResolved(&'a InteractionResolved),
+    ContextPrepared(&'a ContextPrepared),
+}
+
+/// Disk form: the variant index is the on-disk event tag (format.md); append new kinds at the end.
+#[derive(Serialize)]
+enum EventBinRef<'a> {
+    SessionCreated(&'a SessionCreated),
+    UserMessage(&'a UserMessage),
+    ModelCompletion(&'a ModelCompletion),
+    ToolResult(&'a ToolResult),
+    TurnSettled(&'a TurnSettled),
+    StopRequested(&'a StopRequested),
+    InteractionRequested(&'a InteractionRequested),
+    InteractionResolved(&'a InteractionResolved),
+    ContextPrepared(&'a ContextPrepared),
+}
+
+#[derive(Deserialize)]
+enum EventBin {
+    SessionCreated(SessionCreated),
+    UserMessage(UserMessage),
+    ModelCompletion(ModelCompletion),
+    ToolResult(ToolResult),
+    TurnSettled(TurnSettled),
+    StopRequested(StopRequested),
+    InteractionRequested(InteractionRequested),
+    InteractionResolved(InteractionResolved),
+    ContextPrepared(ContextPrepared),
+}
+
+impl Serialize for Event {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if s.is_human_readable() {
+            match self {
+                Event::SessionCreated(e) => EventTagged::SessionCreated(e),
+                Event::UserMessage(e) => EventTagged::UserMessage(e),
+                Event::ModelCompletion(e) => EventTagged::ModelCompletion(e),
+                Event::ToolResult(e) => EventTagged::ToolResult(e),
+                Event::TurnSettled(e) => EventTagged::TurnSettled(e),
+                Event::StopRequested(e) => EventTagged::StopRequested(e),
+                Event::InteractionRequested(e) => EventTagged::InteractionRequested(e),
+                Event::InteractionResolved(e) => EventTagged::InteractionResolved(e),
+                Event::ContextPrepared(e) => EventTagged::ContextPrepared(e),
+            }
+            .serialize(s)
+        } else {
+            match self {
+                Event::SessionCreated(e) => EventBinRef::SessionCreated(e),
+                Event::UserMessage(e) => EventBinRef::UserMessage(e),
+                Event::ModelCompletion(e) => EventBinRef::ModelCompletion(e),
+                Event::ToolResult(e) => EventBinRef::ToolResult(e),
+                Event::TurnSettled(e) => EventBinRef::TurnSettled(e),
+                Event::StopRequested(e) => EventBinRef::StopRequested(e),
+                Event::InteractionRequested(e) => EventBinRef::InteractionRequested(e),
+                Event::InteractionResolved(e) => EventBinRef::InteractionResolved(e),
+                Event::ContextPrepared(e) => EventBinRef::ContextPrepared(e),
+            }
+            .serialize(s)
+        }
+    }
+}
+
+/// Every field any event kind has; which are required depends on `kind`.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct EventWire {
+    kind: Option<String>,
+    workspace: Option<String>,
+    branch: Option<Branch>,
+    invocation: Option<String>,
+    text: Option<String>,
+    attachments: Option<Vec<AttachmentMeta>>,
+    model: Option<String>,
+    items: Option<Vec<Item>>,
+    usage: Option<Usage>,
+    tool_call_id: Option<String>,
+    status: Option<ToolStatus>,
+    body: Option<String>,
+    #[serde(default, deserialize_with = "present_raw")]
+    raw: Option<RawJson>,
+    parts: Option<Vec<Part>>,
+    bytes: Option<u64>,
+    digest: Option<String>,
+    outcome: Option<Outcome>,
+    interaction_id: Option<String>,
+    prompt: Option<String>,
+    #[serde(default, deserialize_with = "present_raw")]
+    options: Option<RawJson>,
+    #[serde(default, deserialize_with = "present_raw")]
+    response: Option<RawJson>,
+    groups: Option<Vec<ContextGroup>>,
+    tools: Option<Vec<ContextTool>>,
+    #[serde(default, deserialize_with = "present_raw")]
+    provider_usage: Option<RawJson>,
+}
+
+/// A raw field that is present (even as `null`) is `Some`; only an absent one is `None`.
+fn present_raw<'de, D: Deserializer<'de>>(d: D) -> Result<Option<RawJson>, D::Error> {
+    RawJson::deserialize(d).map(Some)
+}
+
+fn need<T, E: serde::de::Error>(v: Option<T>, kind: &str, field: &str) -> Result<T, E> {
+    v.ok_or_else(|| E::custom(format!("event kind `{kind}` needs field `{field}`")))
+}
+
+impl<'de> Deserialize<'de> for Event {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        if !d.is_human_readable() {
+            return Ok(match EventBin::deserialize(d)? {
+                EventBin::SessionCreated(e) => Event::SessionCreated(e),
+                EventBin::UserMessage(e) => Event::UserMessage(e),
+                EventBin::ModelCompletion(e) => Event::ModelCompletion(e),
+                EventBin::ToolResult(e) => Event::ToolResult(e),
+                EventBin::TurnSettled(e) => Event::TurnSettled(e),
+                EventBin::StopRequested(e) => Event::StopRequested(e),
+                EventBin::InteractionRequested(e) => Event::InteractionRequested(e),
+                EventBin::InteractionResolved(e) => Event::InteractionResolved(e),
+                EventBin::ContextPrepared(e) => Event::ContextPrepared(e),
+            });
+        }
+        let w = EventWire::deserialize(d)?;
+        let kind = w
+            .kind
+            .ok_or_else(|| D::Error::custom("event needs field `kind`"))?;
+        let k = kind.as_str();
+        Ok(match k {
+            "sessionCreated" => Event::SessionCreated(SessionCreated { workspace: w.workspace, branch: w.branch }),
+            "userMessage" => Event::UserMessage(UserMessage {
+                invocation: need(w.invocation, k, "invocation")?,
+                text: need(w.text, k, "text")?,
+                attachments: w.attachments.unwrap_or_default(),
+            }),
+            "modelCompletion" => Event::ModelCompletion(ModelCompletion {
+                invocation: need(w.invocation, k, "invocation")?,
+                model: need(w.model, k, "model")?,
+                items: need(w.items, k, "items")?,
+                usage: w.usage,
+            }),
+            "toolResult" => Event::ToolResult(ToolResult {
+                invocation: need(w.invocation, k, "invocation")?,
+                tool_call_id: need(w.tool_call_id, k, "toolCallId")?,
+                status: need(w.status, k, "status")?,
+                body: need(w.body, k, "body")?,
+                raw: need(w.raw, k, "raw")?,
+                parts: w.parts.unwrap_or_default(),
+                bytes: need(w.bytes, k, "bytes")?,
+                digest: need(w.digest, k, "digest")?,
+            }),
+            "turnSettled" => Event::TurnSettled(TurnSettled {
+                invocation: need(w.invocation, k, "invocation")?,
+                outcome: need(w.outcome, k, "outcome")?,
+            }),
+            "stopRequested" => Event::StopRequested(StopRequested { invocation: need(w.invocation, k, "invocation")? }),
+            "interactionRequested" => Event::InteractionRequested(InteractionRequested {
+                interaction_id: need(w.interaction_id, k, "interactionId")?,
+                invocation: need(w.invocation, k, "invocation")?,
+                prompt: need(w.prompt, k, "prompt")?,
+                options: w.options.unwrap_or_else(RawJson::null),
+            }),
+            "interactionResolved" => Event::InteractionResolved(InteractionResolved {
+                interaction_id: need(w.interaction_id, k, "interactionId")?,
+                response: need(w.response, k, "response")?,
+            }),
+            "contextPrepared" => Event::ContextPrepared(ContextPrepared {
+                invocation: need(w.invocation, k, "invocation")?,
+                groups: w.groups.unwrap_or_default(),
+                tools: w.tools.unwrap_or_default(),
+                provider_usage: w.provider_usage,
+            }),
+            other => {
+                return Err(D::Error::custom(format!(
+                    "unknown event kind `{other}`; known kinds: sessionCreated, userMessage, modelCompletion, \
+                     toolResult, turnSettled, stopRequested, interactionRequested, interactionResolved, contextPrepared"
+                )))
+            }
+        })
+    }
+}
+
+// ---- serde: items and parts ------------------------------------------------------------------
+
+#[derive(Serialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+enum ItemTagged<'a> {
+    Assistant {
+        body: &'a str,
+        thinking: &'a Option<String>,
+    },
+    ToolCall {
+        id: &'a str,
+        name: &'a str,
+        arguments: &'a str,
+        internal: bool,
+    },
+}
+
+#[derive(Serialize, Deserialize)]
+enum ItemBin {
+    Assistant {
+        body: String,
+        thinking: Option<String>,
+    },
+    ToolCall {
+        id: String,
+        name: String,
+        arguments: String,
+        internal: bool,
+    },
+}
+
+#[derive(Deserialize)]
+struct ItemWire {
+    kind: Option<String>,
+    body: Option<String>,
+    thinking: Option<String>,
+    id: Option<String>,
+    name: Option<String>,
+    arguments: Option<String>,
+    internal: Option<bool>,
+}
+
+fn need_item<T, E: serde::de::Error>(v: Option<T>, kind: &str, field: &str) -> Result<T, E> {
+    v.ok_or_else(|| E::custom(format!("item kind `{kind}` needs field `{field}`")))
+}
+
+impl Serialize for Item {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if s.is_human_readable() {
+            match self {
+                Item::Assistant { body, thinking } => ItemTagged::Assistant { body, thinking },
+                Item::ToolCall {
+                    id,
+                    name,
+                    arguments,
+                    internal,
+                } => ItemTagged::ToolCall {
+                    id,
+                    name,
+                    arguments,
+                    internal: *internal,
+                },
+            }
+            .serialize(s)
+        } else {
+            // Cloning keeps the code short; items are small next to the record I/O around them.
+            match self.clone() {
+                Item::Assistant { body, thinking } => ItemBin::Assistant { body, thinking },
+                Item::ToolCall {
+                    id,
+                    name,
+                    arguments,
+                    internal,
+                } => ItemBin::ToolCall {
+                    id,
+                    name,
+                    arguments,
+                    internal,
+                },
+            }
+            .serialize(s)
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Item {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        if !d.is_human_readable() {
+            return Ok(match ItemBin::deserialize(d)? {
+                ItemBin::Assistant { body, thinking } => Item::Assistant { body, thinking },
+                ItemBin::ToolCall {
+                    id,
+                    name,
+                    arguments,
+                    internal,
+                } => Item::ToolCall {
+                    id,
+                    name,
+                    arguments,
+                    internal,
+                },
+            });
+        }
+        let w = ItemWire::deserialize(d)?;
+        let kind = w
+            .kind
+            .ok_or_else(|| D::Error::custom("item needs field `kind`"))?;
+        match kind.as_str() {
+            "assistant" => Ok(Item::Assistant {
+                body: need_item(w.body, "assistant", "body")?,
+                thinking: w.thinking,
+            }),
+            "toolCall" => Ok(Item::ToolCall {
+                id: need_item(w.id, "toolCall", "id")?,
+                name: need_item(w.name, "toolCall", "name")?,
+                arguments: need_item(w.arguments, "toolCall", "arguments")?,
+                internal: w.internal.unwrap_or(false),
+            }),
+            other => Err(D::Error::custom(format!(
+                "unknown item kind `{other}`; known kinds: assistant, toolCall"
+            ))),
+        }
+    }
+}
+
+#[derive(Serialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+enum PartTagged<'a> {
+    Text { text: &'a str },
+    Attachment { digest: &'a str },
+}
+
+#[derive(Serialize, Deserialize)]
+enum PartBin {
+    Text { text: String },
+    Attachment { digest: String },
+}
+
+#[derive(Deserialize)]
+struct PartWire {
+    kind: Option<String>,
+    text: Option<String>,
+    digest: Option<String>,
+}
+
+impl Serialize for Part {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if s.is_human_readable() {
+            match self {
+                Part::Text { text } => PartTagged::Text { text },
+                Part::Attachment { digest } => PartTagged::Attachment { digest },
+            }
+            .serialize(s)
+        } else {
+            match self.clone() {
+                Part::Text { text } => PartBin::Text { text },
+                Part::Attachment { digest } => PartBin::Attachment { digest },
+            }
+            .serialize(s)
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Part {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        if !d.is_human_readable() {
+            return Ok(match PartBin::deserialize(d)? {
+                PartBin::Text { text } => Part::Text { text },
+                PartBin::Attachment { digest } => Part::Attachment { digest },
+            });
+        }
+        let w = PartWire::deserialize(d)?;
+        let kind = w
+            .kind
+            .ok_or_else(|| D::Error::custom("part needs field `kind`"))?;
+        match kind.as_str() {
+            "text" => Ok(Part::Text {
+                text: need_item(w.text, "text", "text")?,
+            }),
+            "attachment" => Ok(Part::Attachment {
+                digest: need_item(w.digest, "attachment", "digest")?,
+            }),
+            other => Err(D::Error::custom(format!(
+                "unknown part kind `{other}`; known kinds: text, attachment"
+            ))),
+        }
+    }
+}
+
+// ---- rows ------------------------------------------------------------------------------------
+
+/// The kind of a history row.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum RowKind {
+    User,
+    Assistant,
+    ToolCall,
+    ToolResult,
+    Interaction,
+}
+
+impl RowKind {
+    /// The on-disk code in the row index (format.md).
+    pub(crate) fn code(self) -> u8 {
+        match self {
+            RowKind::User => 1,
+            RowKind::Assistant => 2,
+            RowKind::ToolCall => 3,
+            RowKind::ToolResult => 4,
+            RowKind::Interaction => 5,
+        }
+    }
+
+    pub(crate) fn from_code(code: u8) -> Option<RowKind> {
+        Some(match code {
+            1 => RowKind::User,
+            2 => RowKind::Assistant,
+            3 => RowKind::ToolCall,
+            4 => RowKind::ToolResult,
+            5 => RowKind::Interaction,
+            _ => return None,
+        })
+    }
+
+    /// The names of this row's fields, in wire order.
+    pub fn fields(self) -> &'static [&'static str] {
+        match self {
+            RowKind::User | RowKind::ToolResult | RowKind::Interaction => &["body"],
+            RowKind::Assistant => &["body", "thinking"],
+            RowKind::ToolCall => &["name", "arguments"],
+        }
+    }
+}
+
+/// A row as the event publishes it: kind, invocation and the full field texts.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RowSource<'a> {
+    pub kind: RowKind,
+    pub invocation: &'a str,
+    /// `(name, text)` in [`RowKind::fields`] order.
+    pub fields: Vec<(&'static str, &'a str)>,
+    /// The id of the tool call (for a toolCall row) or the call it answers (toolResult row).
+    pub tool_call_id: Option<&'a str>,
+    /// Set on rows of a tool call marked `internal`.
+    pub internal: bool,
+}
+
+/// The rows an event publishes, in item order.
+pub fn rows_of(event: &Event) -> Vec<RowSource<'_>> {
+    match event {
+        Event::UserMessage(m) => vec![RowSource {
+            kind: RowKind::User,
+            invocation: &m.invocation,
+            fields: vec![("body", m.text.as_str())],
+            tool_call_id: None,
+            internal: false,
+        }],
+        Event::ModelCompletion(c) => c
+            .items
+            .iter()
+            .map(|item| match item {
+                Item::Assistant { body, thinking } => RowSource {
+                    kind: RowKind::Assistant,
+                    invocation: &c.invocation,
+                    fields: vec![
+                        ("body", body.as_str()),
+                        ("thinking", thinking.as_deref().unwrap_or("")),
+                    ],
+                    tool_call_id: None,
+                    internal: false,
+                },
+                Item::ToolCall {
+                    id,
+                    name,
+                    arguments,
+                    internal,
+                } => RowSource {
+                    kind: RowKind::ToolCall,
+                    invocation: &c.invocation,
+                    fields: vec![("name", name.as_str()), ("arguments", arguments.as_str())],
+                    tool_call_id: Some(id),
+                    internal: *internal,
+                },
+            })
+            .collect(),
+        Event::ToolResult(r) => vec![RowSource {
+            kind: RowKind::ToolResult,
+            invocation: &r.invocation,
+            fields: vec![("body", r.body.as_str())],
+            tool_call_id: Some(&r.tool_call_id),
+            internal: false,
+        }],
+        Event::InteractionRequested(i) => vec![RowSource {
+            kind: RowKind::Interaction,
+            invocation: &i.invocation,
+            fields: vec![("body", i.prompt.as_str())],
+            tool_call_id: None,
+            internal: false,
+        }],
+        _ => Vec::new(),
+    }
+}

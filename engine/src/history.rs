@@ -1,0 +1,436 @@
+//! Reads under a fence: history pages, source chunks, watch, interactions, context.
+
+use crate::cursor::HistoryCursor;
+use crate::error::EngineError;
+use crate::event::{rows_of, Event};
+use crate::params::{
+    Anchor, ContextResult, Direction, FieldText, HistoryPage, HistoryParams, Interaction, Position,
+    QueueEntry, Row, SourceParams, TextPage, WatchEvent, WatchResult,
+};
+use crate::session::{Inner, Session};
+use std::collections::BTreeMap;
+
+/// Rows per history page when `limit` is null.
+pub const PAGE_ROWS_DEFAULT: u32 = 128;
+/// Most rows per history page.
+pub const PAGE_ROWS_MAX: u32 = 1024;
+/// Longest field text in a history row, in bytes; longer fields are cut (on a char boundary).
+pub const FIELD_TEXT_BYTES_MAX: usize = 65_536;
+/// Bytes per `source` chunk when `limit` is null.
+pub const SOURCE_BYTES_DEFAULT: u64 = 65_536;
+/// Most bytes per `source` chunk.
+pub const SOURCE_BYTES_MAX: u64 = 1 << 20;
+/// Most events one `watch` answer lists.
+pub const WATCH_EVENTS_MAX: u64 = 256;
+/// Longest `watch` wait, in milliseconds.
+pub const WATCH_TIMEOUT_MS_MAX: u64 = 300_000;
+
+/// The longest prefix of `s` of at most `max` bytes that ends on a char boundary.
+pub(crate) fn prefix_on_boundary(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// Resolves `through`: null = current revision; beyond it is an error.
+pub(crate) fn fence(inner: &Inner, through: Option<u64>) -> Result<u64, EngineError> {
+    let rev = inner.state.revision;
+    match through {
+        None => Ok(rev),
+        Some(t) if t <= rev => Ok(t),
+        Some(t) => Err(EngineError::invalid(format!(
+            "through {t} is beyond the Session's revision {rev}; pass null or a revision you read"
+        ))),
+    }
+}
+
+/// Decodes events for a page, remembering the last one (a completion publishes many rows).
+struct EventCache {
+    sequence: u64,
+    event: Option<Event>,
+}
+
+impl EventCache {
+    fn get<'a>(
+        &'a mut self,
+        session: &Session,
+        inner: &Inner,
+        sequence: u64,
+    ) -> Result<&'a Event, EngineError> {
+        if self.event.is_none() || self.sequence != sequence {
+            self.event = Some(session.event_at(inner, sequence)?);
+            self.sequence = sequence;
+        }
+        Ok(self.event.as_ref().expect("filled above"))
+    }
+}
+
+fn make_row(event: &Event, position: Position) -> Result<Row, EngineError> {
+    let rows = rows_of(event);
+    let src = rows.get(position.item_index as usize).ok_or_else(|| {
+        EngineError::corrupt(
+            "row.idx",
+            format!(
+                "row index names item {} of event {}, which has fewer rows",
+                position.item_index, position.source_sequence
+            ),
+        )
+    })?;
+    let mut fields = BTreeMap::new();
+    for (name, text) in &src.fields {
+        let cut = prefix_on_boundary(text, FIELD_TEXT_BYTES_MAX);
+        fields.insert(
+            (*name).to_owned(),
+            FieldText {
+                text: cut.to_owned(),
+                bytes: text.len() as u64,
+                truncated: cut.len() < text.len(),
+            },
+        );
+    }
+    Ok(Row {
+        position,
+        kind: src.kind,
+        invocation: src.invocation.to_owned(),
+        fields,
+    })
+}
+
+impl Session {
+    pub(crate) fn history(&self, p: &HistoryParams) -> Result<HistoryPage, EngineError> {
+        let limit = p.limit.unwrap_or(PAGE_ROWS_DEFAULT);
+        if limit == 0 || limit > PAGE_ROWS_MAX {
+            return Err(EngineError::invalid(format!(
+                "limit must be 1 to {PAGE_ROWS_MAX} rows, got {limit}"
+            )));
+        }
+        let direction = p.direction.unwrap_or_default();
+        let inner = self.read();
+        let through = fence(&inner, p.through)?;
+        let n = inner.rows_through(through);
+        if p.after.is_some() && p.anchor.is_some() {
+            return Err(EngineError::invalid(
+                "pass either after (a cursor) or anchor, not both",
+            ));
+        }
+        // `start`: for forward the first ordinal to look at; for backward one past it.
+        let mut reveal = None;
+        let start = if let Some(after) = &p.after {
+            let c = HistoryCursor::decode(after, &self.id, through, direction)?;
+            match direction {
+                Direction::Forward => inner
+                    .row_upper_bound(c.last.source_sequence, c.last.item_index)
+                    .min(n),
+                Direction::Backward => inner
+                    .row_lower_bound(c.last.source_sequence, c.last.item_index)
+                    .min(n),
+            }
+        } else {
+            match &p.anchor {
+                None => match direction {
+                    Direction::Forward => 0,
+                    Direction::Backward => n,
+                },
+                Some(Anchor::Row { position, field }) => {
+                    let i = inner.row_lower_bound(position.source_sequence, position.item_index);
+                    let entry = inner.row(i).filter(|e| {
+                        i < n
+                            && e.sequence == position.source_sequence
+                            && e.item == position.item_index
+                    });
+                    let Some(entry) = entry else {
+                        return Err(EngineError::not_found(format!(
+                            "row {}/{} under fence {through} of Session {}",
+                            position.source_sequence, position.item_index, self.id
+                        )));
+                    };
+                    if let Some(f) = field {
+                        if !entry.kind.fields().contains(&f.as_str()) {
+                            return Err(EngineError::invalid(format!(
+                                "anchor field {f:?} is not a field of a {:?} row (fields: {:?})",
+                                entry.kind,
+                                entry.kind.fields()
+                            )));
+                        }
+                    }
+                    reveal = Some(i);
+                    match direction {
+                        Direction::Forward => i,
+                        Direction::Backward => i + 1,
+                    }
+                }
+                Some(Anchor::Event { sequence }) => {
+                    if *sequence == 0 || *sequence > through {
+                        return Err(EngineError::invalid(format!(
+                            "anchor event {sequence} is outside 1..={through} (the fence)"
+                        )));
+                    }
+                    match direction {
+                        Direction::Forward => inner.row_lower_bound(*sequence, 0),
+                        Direction::Backward => inner.row_lower_bound(sequence + 1, 0).min(n),
+                    }
+                }
+            }
+        };
+        let visible = |i: u64| -> Result<Option<crate::session::RowEntry>, EngineError> {
+            let e = inner.row(i).ok_or_else(|| {
+                EngineError::corrupt(
+                    self.dir().join("row.idx"),
+                    format!("row entry {i} is unreadable"),
+                )
+            })?;
+            Ok((!e.hidden || reveal == Some(i)).then_some(e))
+        };
+        let mut picked = Vec::with_capacity(limit as usize);
+        let mut more = false;
+        match direction {
+            Direction::Forward => {
+                let mut i = start;
+                while i < n {
+                    if let Some(e) = visible(i)? {
+                        if picked.len() == limit as usize {
+                            more = true;
+                            break;
+                        }
+                        picked.push(e);
+                    }
+                    i += 1;
+                }
+            }
+            Direction::Backward => {
+                let mut i = start;
+                while i > 0 {
+                    i -= 1;
+                    if let Some(e) = visible(i)? {
+                        if picked.len() == limit as usize {
+                            more = true;
+                            break;
+                        }
+                        picked.push(e);
+                    }
+                }
+            }
+        }
+        let mut cache = EventCache {
+            sequence: 0,
+            event: None,
+        };
+        let mut rows = Vec::with_capacity(picked.len());
+        for e in &picked {
+            let pos = Position {
+                source_sequence: e.sequence,
+                item_index: e.item,
+            };
+            let event = cache.get(self, &inner, e.sequence)?;
+            rows.push(make_row(event, pos)?);
+        }
+        let next_after = match (more, rows.last()) {
+            (true, Some(last)) => Some(
+                HistoryCursor {
+                    direction,
+                    through,
+                    last: last.position,
+                }
+                .encode(&self.id),
+            ),
+            _ => None,
+        };
+        Ok(HistoryPage {
+            through,
+            rows,
+            next_after,
+        })
+    }
+
+    pub(crate) fn source(&self, p: &SourceParams) -> Result<TextPage, EngineError> {
+        let limit = p.limit.unwrap_or(SOURCE_BYTES_DEFAULT);
+        if limit == 0 || limit > SOURCE_BYTES_MAX {
+            return Err(EngineError::invalid(format!(
+                "limit must be 1 to {SOURCE_BYTES_MAX} bytes, got {limit}"
+            )));
+        }
+        let inner = self.read();
+        let through = fence(&inner, p.through)?;
+        let pos = p.position;
+        if pos.source_sequence == 0 || pos.source_sequence > through {
+            return Err(EngineError::not_found(format!(
+                "row {}/{} under fence {through} of Session {}",
+                pos.source_sequence, pos.item_index, self.id
+            )));
+        }
+        let event = self.event_at(&inner, pos.source_sequence)?;
+        drop(inner);
+        let rows = rows_of(&event);
+        let row = rows.get(pos.item_index as usize).ok_or_else(|| {
+            EngineError::not_found(format!(
+                "row {}/{} of Session {}",
+                pos.source_sequence, pos.item_index, self.id
+            ))
+        })?;
+        let text = row
+            .fields
+            .iter()
+            .find(|(name, _)| *name == p.field)
+            .map(|(_, t)| *t)
+            .ok_or_else(|| {
+                EngineError::invalid(format!(
+                    "field {:?} is not a field of a {:?} row (fields: {:?})",
+                    p.field,
+                    row.kind,
+                    row.kind.fields()
+                ))
+            })?;
+        let after = p.after.unwrap_or(0);
+        let total = text.len() as u64;
+        if after > total {
+            return Err(EngineError::invalid(format!(
+                "after {after} is past the field's end ({total} bytes)"
+            )));
+        }
+        let from = after as usize;
+        if !text.is_char_boundary(from) {
+            return Err(EngineError::invalid(format!(
+                "after {after} is not on a character boundary"
+            )));
+        }
+        let rest = &text[from..];
+        let mut chunk = prefix_on_boundary(rest, limit as usize);
+        if chunk.is_empty() && !rest.is_empty() {
+            // Always advance by at least one character, even when it is longer than `limit`.
+            let first = rest.chars().next().expect("rest is not empty");
+            chunk = &rest[..first.len_utf8()];
+        }
+        let end = from + chunk.len();
+        let next_after = (end < text.len()).then_some(end as u64);
+        Ok(TextPage {
+            text: chunk.to_owned(),
+            next_after,
+        })
+    }
+
+    pub(crate) fn interactions_pending(
+        &self,
+        inner: &Inner,
+    ) -> Result<Vec<Interaction>, EngineError> {
+        let mut out = Vec::with_capacity(inner.state.pending.len());
+        for id in inner.state.pending.values() {
+            if let Some(i) = self.interaction_in(inner, id)? {
+                out.push(i);
+            }
+        }
+        Ok(out)
+    }
+
+    pub(crate) fn interaction_in(
+        &self,
+        inner: &Inner,
+        id: &str,
+    ) -> Result<Option<Interaction>, EngineError> {
+        let Some(st) = inner.state.interactions.get(id) else {
+            return Ok(None);
+        };
+        let Event::InteractionRequested(req) = self.event_at(inner, st.requested)? else {
+            return Err(EngineError::corrupt(
+                self.log().dir(),
+                format!("event {} is not an interaction request", st.requested),
+            ));
+        };
+        let response = match st.resolved {
+            None => None,
+            Some(seq) => match self.event_at(inner, seq)? {
+                Event::InteractionResolved(r) => Some(r.response),
+                _ => {
+                    return Err(EngineError::corrupt(
+                        self.log().dir(),
+                        format!("event {seq} is not an interaction answer"),
+                    ))
+                }
+            },
+        };
+        Ok(Some(Interaction {
+            interaction_id: req.interaction_id,
+            invocation: req.invocation,
+            prompt: req.prompt,
+            options: req.options,
+            sequence: st.requested,
+            response,
+        }))
+    }
+
+    pub(crate) fn watch(
+        &self,
+        after: Option<u64>,
+        timeout_ms: Option<u64>,
+    ) -> Result<WatchResult, EngineError> {
+        let timeout_ms = timeout_ms.unwrap_or(0);
+        if timeout_ms > WATCH_TIMEOUT_MS_MAX {
+            return Err(EngineError::invalid(format!(
+                "timeoutMs must be at most {WATCH_TIMEOUT_MS_MAX}, got {timeout_ms}"
+            )));
+        }
+        let after = after.unwrap_or(0);
+        self.wait_for(after, std::time::Duration::from_millis(timeout_ms));
+        let inner = self.read();
+        let rev = inner.state.revision;
+        let last = rev.min(after.saturating_add(WATCH_EVENTS_MAX));
+        let mut events = Vec::new();
+        let mut s = after + 1;
+        while s <= last {
+            let kind = inner.event_kind(s).ok_or_else(|| {
+                EngineError::corrupt(self.dir().join("seq.idx"), format!("no kind for event {s}"))
+            })?;
+            events.push(WatchEvent {
+                sequence: s,
+                kind: kind.to_owned(),
+            });
+            s += 1;
+        }
+        let queue = inner
+            .state
+            .queue
+            .iter()
+            .map(|(seq, inv)| QueueEntry {
+                invocation: inv.clone(),
+                sequence: *seq,
+            })
+            .collect();
+        let pending_interactions = self.interactions_pending(&inner)?;
+        Ok(WatchResult {
+            events,
+            queue,
+            pending_interactions,
+            next_after: last.max(after),
+        })
+    }
+
+    pub(crate) fn context(
+        &self,
+        through: Option<u64>,
+    ) -> Result<Option<ContextResult>, EngineError> {
+        let inner = self.read();
+        let through = fence(&inner, through)?;
+        let contexts = &inner.state.contexts;
+        let i = contexts.partition_point(|s| *s <= through);
+        let Some(seq) = i.checked_sub(1).map(|i| contexts[i]) else {
+            return Ok(None);
+        };
+        match self.event_at(&inner, seq)? {
+            Event::ContextPrepared(c) => Ok(Some(ContextResult {
+                sequence: seq,
+                invocation: c.invocation,
+                groups: c.groups,
+                tools: c.tools,
+                provider_usage: c.provider_usage,
+            })),
+            _ => Err(EngineError::corrupt(
+                self.log().dir(),
+                format!("event {seq} is not a contextPrepared"),
+            )),
+        }
+    }
+}

@@ -1,0 +1,298 @@
+//! Request and result types of the engine's operations, usable directly as wire types
+//! (camelCase, field names as the contract writes them; unknown fields are ignored).
+
+use crate::event::{AttachmentMeta, Branch, ContextGroup, ContextTool, Event, RowKind};
+use crate::json::RawJson;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A row's address: the event that published it and its ordinal inside that event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Position {
+    pub source_sequence: u64,
+    pub item_index: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CreateSessionParams {
+    #[serde(default)]
+    pub session_id: Option<String>,
+    #[serde(default)]
+    pub workspace: Option<String>,
+    pub operation: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CreateSessionResult {
+    pub session_id: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionInfo {
+    pub session_id: String,
+    pub workspace: Option<String>,
+    pub revision: u64,
+    pub branch: Option<Branch>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AppendParams {
+    pub session_id: String,
+    pub operation: String,
+    pub events: Vec<Event>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AppendResult {
+    pub first_sequence: u64,
+    pub last_sequence: u64,
+}
+
+/// An attachment as `send` receives it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SendAttachment {
+    pub name: String,
+    pub mime_type: String,
+    pub data_base64: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SendParams {
+    pub session_id: String,
+    pub operation: String,
+    pub text: String,
+    #[serde(default)]
+    pub attachments: Vec<SendAttachment>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SendResult {
+    pub invocation: String,
+    pub sequence: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StopParams {
+    pub session_id: String,
+    pub operation: String,
+    pub invocation: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SequenceResult {
+    pub sequence: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RespondParams {
+    pub session_id: String,
+    pub operation: String,
+    pub interaction_id: String,
+    pub response: RawJson,
+}
+
+/// An interaction request and, once answered, its response.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Interaction {
+    pub interaction_id: String,
+    pub invocation: String,
+    pub prompt: String,
+    pub options: RawJson,
+    /// The sequence of the `interactionRequested` event.
+    pub sequence: u64,
+    /// Null while pending.
+    pub response: Option<RawJson>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Direction {
+    #[default]
+    Forward,
+    Backward,
+}
+
+/// Where a history page opens.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum Anchor {
+    /// Exactly this row (shown even when it belongs to an internal tool call).
+    Row {
+        position: Position,
+        #[serde(default)]
+        field: Option<String>,
+    },
+    /// The first row of this event or later (forward), or its last row or earlier (backward).
+    Event { sequence: u64 },
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryParams {
+    pub session_id: String,
+    #[serde(default)]
+    pub through: Option<u64>,
+    #[serde(default)]
+    pub after: Option<String>,
+    #[serde(default)]
+    pub limit: Option<u32>,
+    #[serde(default)]
+    pub anchor: Option<Anchor>,
+    #[serde(default)]
+    pub direction: Option<Direction>,
+}
+
+/// One field of a history row, cut to a prefix when long.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FieldText {
+    pub text: String,
+    /// UTF-8 length of the whole field.
+    pub bytes: u64,
+    pub truncated: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Row {
+    pub position: Position,
+    pub kind: RowKind,
+    pub invocation: String,
+    pub fields: BTreeMap<String, FieldText>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HistoryPage {
+    pub through: u64,
+    pub rows: Vec<Row>,
+    pub next_after: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SourceParams {
+    pub session_id: String,
+    #[serde(default)]
+    pub through: Option<u64>,
+    pub position: Position,
+    pub field: String,
+    #[serde(default)]
+    pub after: Option<u64>,
+    #[serde(default)]
+    pub limit: Option<u64>,
+}
+
+/// A chunk of text and the exclusive byte offset to continue from (null at the end).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TextPage {
+    pub text: String,
+    pub next_after: Option<u64>,
+}
+
+/// The result of `source`.
+pub type SourcePage = TextPage;
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WatchParams {
+    pub session_id: String,
+    #[serde(default)]
+    pub after: Option<u64>,
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WatchEvent {
+    pub sequence: u64,
+    pub kind: String,
+}
+
+/// An admitted, not yet settled invocation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct QueueEntry {
+    pub invocation: String,
+    /// The sequence of its `userMessage`.
+    pub sequence: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WatchResult {
+    pub events: Vec<WatchEvent>,
+    pub queue: Vec<QueueEntry>,
+    pub pending_interactions: Vec<Interaction>,
+    pub next_after: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContextParams {
+    pub session_id: String,
+    #[serde(default)]
+    pub through: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ContextResult {
+    pub sequence: u64,
+    pub invocation: String,
+    pub groups: Vec<ContextGroup>,
+    pub tools: Vec<ContextTool>,
+    pub provider_usage: Option<RawJson>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AttachmentsParams {
+    pub session_id: String,
+    pub invocation: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ReadAttachmentsParams {
+    pub session_id: String,
+    pub invocation: String,
+    #[serde(default)]
+    pub offset: Option<u64>,
+    #[serde(default)]
+    pub limit: Option<u64>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AttachmentData {
+    pub data_base64: String,
+}
+
+/// What `verify` walked.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VerifyReport {
+    pub sessions: u64,
+    pub records: u64,
+    pub bytes: u64,
+    pub blobs: u64,
+}
+
+/// Attachment metadata list, as `attachments` returns it.
+pub type Attachments = Vec<AttachmentMeta>;

@@ -1,0 +1,929 @@
+//! The Root: header, writer lock, the Root log of Sessions, the blob store, and the public API.
+
+use crate::blobs::BlobStore;
+use crate::error::EngineError;
+use crate::event::{
+    AttachmentMeta, Branch, Event, InteractionResolved, StopRequested, UserMessage,
+};
+use crate::params::*;
+use crate::records::{self, Outcome, SessionRecord};
+use crate::session::{log_config, Mutation, Session};
+use crate::state::State;
+use crate::validate::{validate_event, validate_id, validate_session_id, APPEND_EVENTS_MAX};
+use base64::Engine as _;
+use logbook_log::{Durability, Log, Record};
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Magic bytes of the Root header file `logbook.root`.
+pub const ROOT_MAGIC: [u8; 8] = *b"LBROOT\0\0";
+/// The Root format version this build writes and reads (covers every engine-level file and
+/// record encoding in the Root; the log and index files carry their own versions too).
+pub const ROOT_FORMAT_VERSION: u32 = 1;
+const ROOT_HEADER_BYTES: usize = 20;
+/// Most decoded attachment bytes one `send` may carry.
+pub const SEND_ATTACHMENT_BYTES_MAX: u64 = 64 << 20;
+/// Most attachments one `send` may carry.
+pub const SEND_ATTACHMENTS_MAX: usize = 64;
+/// Default and largest `readAttachments` chunk, in bytes.
+pub const READ_ATTACHMENTS_BYTES_MAX: u64 = 1 << 20;
+/// Longest workspace path, in bytes.
+pub const WORKSPACE_BYTES_MAX: usize = 4096;
+/// How often the background flusher makes derived indexes durable and checkpoints state.
+pub const INDEX_SYNC_INTERVAL: Duration = Duration::from_millis(250);
+
+const HEADER_FILE: &str = "logbook.root";
+const LOCK_FILE: &str = "lock";
+const ROOT_LOG_DIR: &str = "root-log";
+const SESSIONS_DIR: &str = "sessions";
+const STAGING_PREFIX: &str = ".staging-";
+
+/// How a Root is opened.
+#[derive(Clone, Debug)]
+pub struct RootOptions {
+    /// `Sync` (default): every mutation is on disk before it returns.
+    /// `NoSyncBulkImport`: nothing is fsynced; a crash may lose recent mutations (bulk import).
+    pub durability: Durability,
+    /// Cadence of the background index sync and state checkpoint.
+    pub index_sync_interval: Duration,
+}
+
+impl Default for RootOptions {
+    fn default() -> Self {
+        RootOptions {
+            durability: Durability::Sync,
+            index_sync_interval: INDEX_SYNC_INTERVAL,
+        }
+    }
+}
+
+type SessionSlot = Arc<Mutex<Option<Arc<Session>>>>;
+
+struct Entry {
+    workspace: Option<String>,
+    branch: Option<Branch>,
+    slot: SessionSlot,
+}
+
+#[derive(Default)]
+struct Registry {
+    sessions: BTreeMap<String, Entry>,
+    /// createSession receipts: operation -> (params digest, sessionId).
+    receipts: HashMap<String, ([u8; 32], String)>,
+}
+
+struct Shared {
+    dir: PathBuf,
+    options: RootOptions,
+    _lock: File,
+    root_log: Log,
+    registry: Mutex<Registry>,
+    opened: Mutex<Vec<Arc<Session>>>,
+    blobs: BlobStore,
+    ids: IdGen,
+    stop: Mutex<bool>,
+    stop_signal: Condvar,
+}
+
+/// An open Root. `Send + Sync`; every method takes `&self`. One writer process per Root.
+pub struct Root {
+    shared: Arc<Shared>,
+    flusher: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for Root {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Root")
+            .field("dir", &self.shared.dir)
+            .finish()
+    }
+}
+
+struct IdGen {
+    seed: [u8; 32],
+    counter: AtomicU64,
+}
+
+impl IdGen {
+    fn new(dir: &Path) -> IdGen {
+        let mut h = Sha256::new();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        h.update(now.as_nanos().to_le_bytes());
+        h.update(std::process::id().to_le_bytes());
+        h.update(dir.as_os_str().as_encoded_bytes());
+        let local = 0u8;
+        h.update((&local as *const u8 as usize).to_le_bytes());
+        IdGen {
+            seed: h.finalize().into(),
+            counter: AtomicU64::new(0),
+        }
+    }
+
+    fn next(&self, prefix: &str) -> String {
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        let mut h = Sha256::new();
+        h.update(self.seed);
+        h.update(n.to_le_bytes());
+        let d = h.finalize();
+        let mut s = String::from(prefix);
+        for b in &d[..12] {
+            s.push_str(&format!("{b:02x}"));
+        }
+        s
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn encode_header() -> [u8; ROOT_HEADER_BYTES] {
+    let mut h = [0u8; ROOT_HEADER_BYTES];
+    h[0..8].copy_from_slice(&ROOT_MAGIC);
+    h[8..12].copy_from_slice(&ROOT_FORMAT_VERSION.to_le_bytes());
+    let crc = crc32fast::hash(&h[..16]);
+    h[16..20].copy_from_slice(&crc.to_le_bytes());
+    h
+}
+
+fn check_header(dir: &Path) -> Result<(), EngineError> {
+    let path = dir.join(HEADER_FILE);
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(EngineError::not_found(format!(
+                "Logbook Root at {} (no {HEADER_FILE}); create one with init on an absent or empty directory",
+                dir.display()
+            )))
+        }
+        Err(e) => return Err(EngineError::io(&path, "read", e)),
+    };
+    if bytes.len() < 12 || bytes[..8] != ROOT_MAGIC {
+        return Err(EngineError::corrupt(
+            &path,
+            "not a Logbook Root header (wrong magic bytes)",
+        ));
+    }
+    let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+    if version != ROOT_FORMAT_VERSION {
+        return Err(EngineError::UnsupportedFormat {
+            path,
+            found: version,
+            expected: ROOT_FORMAT_VERSION,
+        });
+    }
+    if bytes.len() != ROOT_HEADER_BYTES
+        || crc32fast::hash(&bytes[..16])
+            != u32::from_le_bytes(bytes[16..20].try_into().expect("4 bytes"))
+    {
+        return Err(EngineError::corrupt(&path, "Root header checksum mismatch"));
+    }
+    Ok(())
+}
+
+fn take_lock(dir: &Path) -> Result<File, EngineError> {
+    let path = dir.join(LOCK_FILE);
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| EngineError::io(&path, "open", e))?;
+    match rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(f),
+        Err(rustix::io::Errno::WOULDBLOCK) => Err(EngineError::Busy {
+            path: dir.to_owned(),
+        }),
+        Err(e) => Err(EngineError::io(&path, "lock", std::io::Error::from(e))),
+    }
+}
+
+fn validate_workspace(w: &str) -> Result<(), EngineError> {
+    if !w.starts_with('/') || w.contains('\0') || w.len() > WORKSPACE_BYTES_MAX {
+        return Err(EngineError::invalid(format!(
+            "workspace {w:?} must be an absolute path (starting with '/') of at most {WORKSPACE_BYTES_MAX} bytes without NUL"
+        )));
+    }
+    Ok(())
+}
+
+fn is_empty_dir(dir: &Path) -> Result<bool, EngineError> {
+    match std::fs::read_dir(dir) {
+        Ok(mut it) => Ok(it.next().is_none()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => Err(EngineError::invalid(
+            format!("{} is not a directory", dir.display()),
+        )),
+        Err(e) => Err(EngineError::io(dir, "list", e)),
+    }
+}
+
+/// Semantic checks of a batch against the state: ids that must be new or known.
+fn check_batch(state: &State, events: &[Event]) -> Result<(), EngineError> {
+    let mut new_invocations = HashSet::new();
+    let mut new_interactions = HashSet::new();
+    let mut resolved = HashSet::new();
+    for (i, e) in events.iter().enumerate() {
+        match e {
+            Event::UserMessage(m)
+                if state.invocations.contains_key(&m.invocation)
+                    || !new_invocations.insert(m.invocation.as_str()) =>
+            {
+                return Err(EngineError::conflict(format!(
+                    "events[{i}]: invocation {:?} already has a userMessage; every Turn needs a new invocation",
+                    m.invocation
+                )));
+            }
+            Event::InteractionRequested(r)
+                if state.interactions.contains_key(&r.interaction_id)
+                    || !new_interactions.insert(r.interaction_id.as_str()) =>
+            {
+                return Err(EngineError::conflict(format!(
+                    "events[{i}]: interaction {:?} was already requested",
+                    r.interaction_id
+                )));
+            }
+            Event::InteractionResolved(r) => {
+                let id = r.interaction_id.as_str();
+                let known = state.interactions.get(id);
+                if known.is_none() && !new_interactions.contains(id) {
+                    return Err(EngineError::not_found(format!(
+                        "events[{i}]: interaction {id:?}"
+                    )));
+                }
+                if known.is_some_and(|s| s.resolved.is_some()) || !resolved.insert(id) {
+                    return Err(EngineError::conflict(format!(
+                        "events[{i}]: interaction {id:?} is already resolved"
+                    )));
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+impl Root {
+    /// Makes a new Root in `dir`, which must be absent or an empty directory; anything else is
+    /// refused and nothing is touched.
+    pub fn init(dir: &Path) -> Result<(), EngineError> {
+        if dir.exists() && !dir.is_dir() {
+            return Err(EngineError::invalid(format!(
+                "{} exists and is not a directory",
+                dir.display()
+            )));
+        }
+        if !is_empty_dir(dir)? {
+            return Err(EngineError::NotEmpty {
+                path: dir.to_owned(),
+            });
+        }
+        std::fs::create_dir_all(dir).map_err(|e| EngineError::io(dir, "create directory", e))?;
+        for sub in [SESSIONS_DIR, "blobs", "tmp"] {
+            let p = dir.join(sub);
+            std::fs::create_dir(&p).map_err(|e| EngineError::io(&p, "create directory", e))?;
+        }
+        drop(Log::create(
+            &dir.join(ROOT_LOG_DIR),
+            log_config(Durability::Sync),
+        )?);
+        let lock_path = dir.join(LOCK_FILE);
+        File::create(&lock_path).map_err(|e| EngineError::io(&lock_path, "create", e))?;
+        // The header goes last: its presence marks a complete Root.
+        crate::fsutil::write_atomic(&dir.join(HEADER_FILE), &encode_header())
+    }
+
+    /// Opens a Root with default options (every mutation durable before it returns).
+    pub fn open(dir: &Path) -> Result<Root, EngineError> {
+        Root::open_with(dir, RootOptions::default())
+    }
+
+    /// `init` when `dir` is absent or empty, then `open`.
+    pub fn open_or_init(dir: &Path) -> Result<Root, EngineError> {
+        if is_empty_dir(dir)? {
+            Root::init(dir)?;
+        }
+        Root::open(dir)
+    }
+
+    /// Opens a Root: checks the header, takes the writer lock (Busy if held), reads the Root log
+    /// of Sessions, and finishes a createSession that a crash interrupted. Sessions themselves
+    /// open lazily on first use.
+    pub fn open_with(dir: &Path, options: RootOptions) -> Result<Root, EngineError> {
+        check_header(dir)?;
+        let lock_file = take_lock(dir)?;
+        let (root_log, _recovery) =
+            Log::open(&dir.join(ROOT_LOG_DIR), log_config(options.durability))?;
+        let mut registry = Registry::default();
+        let mut last: Option<SessionRecord> = None;
+        for item in root_log.scan(root_log.start()) {
+            let (loc, record, _) = item?;
+            if record.kind != records::KIND_SESSION {
+                return Err(EngineError::corrupt(
+                    root_log.dir(),
+                    format!("unknown record kind {} at {loc:?}", record.kind),
+                ));
+            }
+            let r: SessionRecord =
+                records::decode(root_log.dir(), "a Session record", &record.payload)?;
+            registry
+                .receipts
+                .insert(r.operation.clone(), (r.params, r.session_id.clone()));
+            registry.sessions.insert(
+                r.session_id.clone(),
+                Entry {
+                    workspace: r.workspace.clone(),
+                    branch: r.branch.clone(),
+                    slot: Arc::default(),
+                },
+            );
+            last = Some(r);
+        }
+        let shared = Arc::new(Shared {
+            dir: dir.to_owned(),
+            ids: IdGen::new(dir),
+            blobs: BlobStore::new(dir),
+            options,
+            _lock: lock_file,
+            root_log,
+            registry: Mutex::new(registry),
+            opened: Mutex::new(Vec::new()),
+            stop: Mutex::new(false),
+            stop_signal: Condvar::new(),
+        });
+        // Creations are serialised and finished before the next starts, so only the last
+        // registered Session can lack its directory.
+        if let Some(r) = last {
+            shared.materialize(&r)?;
+        }
+        let worker = Arc::clone(&shared);
+        let flusher = std::thread::Builder::new()
+            .name("logbook-index-sync".into())
+            .spawn(move || worker.flush_loop())
+            .map_err(|e| EngineError::io(dir, "start the index sync thread", e))?;
+        Ok(Root {
+            shared,
+            flusher: Some(flusher),
+        })
+    }
+
+    /// The Root directory.
+    pub fn path(&self) -> &Path {
+        &self.shared.dir
+    }
+
+    /// Makes every open Session's indexes durable and checkpoints their state now.
+    pub fn sync_indexes(&self) -> Result<(), EngineError> {
+        self.shared.sync_all()
+    }
+
+    fn session(&self, id: &str) -> Result<Arc<Session>, EngineError> {
+        self.shared.session(id)
+    }
+
+    pub fn create_session(
+        &self,
+        p: CreateSessionParams,
+    ) -> Result<CreateSessionResult, EngineError> {
+        validate_id("operation", &p.operation)?;
+        if let Some(id) = &p.session_id {
+            validate_session_id(id)?;
+        }
+        if let Some(w) = &p.workspace {
+            validate_workspace(w)?;
+        }
+        let params = records::params_digest("createSession", &(&p.session_id, &p.workspace));
+        let sh = &self.shared;
+        let mut reg = lock(&sh.registry);
+        if let Some((digest, id)) = reg.receipts.get(&p.operation) {
+            if *digest == params {
+                return Ok(CreateSessionResult {
+                    session_id: id.clone(),
+                });
+            }
+            return Err(EngineError::conflict(format!(
+                "operation {:?} already created Session {id} with other parameters; use a new operation",
+                p.operation
+            )));
+        }
+        let id = match &p.session_id {
+            Some(id) => {
+                if reg.sessions.contains_key(id) {
+                    return Err(EngineError::conflict(format!(
+                        "Session {id} already exists; pick another sessionId"
+                    )));
+                }
+                id.clone()
+            }
+            None => loop {
+                let id = sh.ids.next("s-");
+                if !reg.sessions.contains_key(&id) {
+                    break id;
+                }
+            },
+        };
+        let record = SessionRecord {
+            session_id: id.clone(),
+            workspace: p.workspace.clone(),
+            branch: None,
+            operation: p.operation.clone(),
+            params,
+        };
+        let payload = records::encode(&record);
+        sh.root_log.append(&[Record {
+            kind: records::KIND_SESSION,
+            payload: &payload,
+        }])?;
+        reg.receipts
+            .insert(p.operation.clone(), (params, id.clone()));
+        reg.sessions.insert(
+            id.clone(),
+            Entry {
+                workspace: p.workspace,
+                branch: None,
+                slot: Arc::default(),
+            },
+        );
+        // The Root log now says the Session exists; a crash from here on is finished by open.
+        sh.materialize(&record)?;
+        Ok(CreateSessionResult { session_id: id })
+    }
+
+    /// Every Session, in id order.
+    pub fn sessions(&self) -> Result<Vec<SessionInfo>, EngineError> {
+        let ids: Vec<String> = lock(&self.shared.registry)
+            .sessions
+            .keys()
+            .cloned()
+            .collect();
+        ids.iter().map(|id| self.session_info(id)).collect()
+    }
+
+    pub fn session_info(&self, session_id: &str) -> Result<SessionInfo, EngineError> {
+        let (workspace, branch) = {
+            let reg = lock(&self.shared.registry);
+            let e = reg
+                .sessions
+                .get(session_id)
+                .ok_or_else(|| EngineError::not_found(format!("Session {session_id}")))?;
+            (e.workspace.clone(), e.branch.clone())
+        };
+        let s = self.session(session_id)?;
+        let revision = s.read().state.revision;
+        Ok(SessionInfo {
+            session_id: session_id.to_owned(),
+            workspace,
+            revision,
+            branch,
+        })
+    }
+
+    /// The Session's current revision (its last event sequence).
+    pub fn revision(&self, session_id: &str) -> Result<u64, EngineError> {
+        Ok(self.session(session_id)?.read().state.revision)
+    }
+
+    /// Event `sequence` of a Session, as stored (NotFound beyond the revision).
+    pub fn read_event(&self, session_id: &str, sequence: u64) -> Result<Event, EngineError> {
+        let s = self.session(session_id)?;
+        let inner = s.read();
+        s.event_at(&inner, sequence)
+    }
+
+    pub fn append(&self, p: AppendParams) -> Result<AppendResult, EngineError> {
+        validate_id("operation", &p.operation)?;
+        if p.events.is_empty() || p.events.len() > APPEND_EVENTS_MAX {
+            return Err(EngineError::invalid(format!(
+                "append needs 1 to {APPEND_EVENTS_MAX} events, got {}",
+                p.events.len()
+            )));
+        }
+        for (i, e) in p.events.iter().enumerate() {
+            validate_event(i, e)?;
+        }
+        let s = self.session(&p.session_id)?;
+        let params = records::params_digest("append", &p.events);
+        let blobs = &self.shared.blobs;
+        let events = p.events;
+        let mut build = |state: &State, first: u64| {
+            check_batch(state, &events)?;
+            for (i, e) in events.iter().enumerate() {
+                if let Event::UserMessage(m) = e {
+                    for a in &m.attachments {
+                        if blobs.size(&a.digest)? != Some(a.bytes) {
+                            return Err(EngineError::invalid(format!(
+                                "events[{i}]: attachment {:?} ({}, {} bytes) is not in the Root's blob store; \
+                                 send attachments with send",
+                                a.name, a.digest, a.bytes
+                            )));
+                        }
+                    }
+                }
+            }
+            let last = first + events.len() as u64 - 1;
+            Ok((events.clone(), Outcome::Append { first, last }))
+        };
+        match s.mutate(Mutation {
+            operation: &p.operation,
+            params,
+            build: &mut build,
+        })? {
+            Outcome::Append { first, last } => Ok(AppendResult {
+                first_sequence: first,
+                last_sequence: last,
+            }),
+            _ => Err(reused(&p.operation)),
+        }
+    }
+
+    pub fn send(&self, p: SendParams) -> Result<SendResult, EngineError> {
+        validate_id("operation", &p.operation)?;
+        if p.attachments.len() > SEND_ATTACHMENTS_MAX {
+            return Err(EngineError::invalid(format!(
+                "send takes at most {SEND_ATTACHMENTS_MAX} attachments, got {}",
+                p.attachments.len()
+            )));
+        }
+        let mut decoded = Vec::with_capacity(p.attachments.len());
+        let mut total = 0u64;
+        for (i, a) in p.attachments.iter().enumerate() {
+            if a.name.is_empty() || a.mime_type.is_empty() {
+                return Err(EngineError::invalid(format!(
+                    "attachments[{i}] needs a non-empty name and mimeType"
+                )));
+            }
+            // The Base64 text bounds the decoded size; refuse before decoding a huge input.
+            if (a.data_base64.len() as u64) / 4 * 3 > SEND_ATTACHMENT_BYTES_MAX + 3 {
+                return Err(too_big());
+            }
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(a.data_base64.as_bytes())
+                .map_err(|e| {
+                    EngineError::invalid(format!(
+                        "attachments[{i}].dataBase64 is not standard padded Base64: {e}"
+                    ))
+                })?;
+            total += bytes.len() as u64;
+            if total > SEND_ATTACHMENT_BYTES_MAX {
+                return Err(too_big());
+            }
+            let digest = crate::validate::sha256_digest(&bytes);
+            decoded.push((
+                AttachmentMeta {
+                    name: a.name.clone(),
+                    mime_type: a.mime_type.clone(),
+                    bytes: bytes.len() as u64,
+                    digest,
+                },
+                bytes,
+            ));
+        }
+        let s = self.session(&p.session_id)?;
+        let metas: Vec<&AttachmentMeta> = decoded.iter().map(|(m, _)| m).collect();
+        let params = records::params_digest("send", &(&p.text, &metas));
+        let sh = &self.shared;
+        let text = p.text;
+        let mut build = |_: &State, first: u64| {
+            let mut attachments = Vec::with_capacity(decoded.len());
+            for (meta, bytes) in &decoded {
+                sh.blobs.put(bytes)?;
+                attachments.push(meta.clone());
+            }
+            let invocation = sh.ids.next("inv-");
+            let event = Event::UserMessage(UserMessage {
+                invocation: invocation.clone(),
+                text: text.clone(),
+                attachments,
+            });
+            Ok((
+                vec![event],
+                Outcome::Send {
+                    invocation,
+                    sequence: first,
+                },
+            ))
+        };
+        match s.mutate(Mutation {
+            operation: &p.operation,
+            params,
+            build: &mut build,
+        })? {
+            Outcome::Send {
+                invocation,
+                sequence,
+            } => Ok(SendResult {
+                invocation,
+                sequence,
+            }),
+            _ => Err(reused(&p.operation)),
+        }
+    }
+
+    /// Writes `stopRequested` for an admitted invocation. Unknown invocation: NotFound; an
+    /// already settled one: Conflict.
+    pub fn stop(&self, p: StopParams) -> Result<SequenceResult, EngineError> {
+        validate_id("operation", &p.operation)?;
+        validate_id("invocation", &p.invocation)?;
+        let s = self.session(&p.session_id)?;
+        let params = records::params_digest("stop", &p.invocation);
+        let inv = p.invocation;
+        let mut build = |state: &State, first: u64| {
+            match state.invocations.get(&inv) {
+                None => {
+                    return Err(EngineError::not_found(format!(
+                        "invocation {inv:?} in Session {}",
+                        p.session_id
+                    )))
+                }
+                Some(st) if st.settled => {
+                    return Err(EngineError::conflict(format!(
+                        "invocation {inv:?} is already settled; nothing to stop"
+                    )))
+                }
+                Some(_) => {}
+            }
+            Ok((
+                vec![Event::StopRequested(StopRequested {
+                    invocation: inv.clone(),
+                })],
+                Outcome::Sequence { sequence: first },
+            ))
+        };
+        match s.mutate(Mutation {
+            operation: &p.operation,
+            params,
+            build: &mut build,
+        })? {
+            Outcome::Sequence { sequence } => Ok(SequenceResult { sequence }),
+            _ => Err(reused(&p.operation)),
+        }
+    }
+
+    /// Answers a pending interaction. Unknown id: NotFound; already resolved: Conflict.
+    pub fn respond(&self, p: RespondParams) -> Result<SequenceResult, EngineError> {
+        validate_id("operation", &p.operation)?;
+        validate_id("interactionId", &p.interaction_id)?;
+        let s = self.session(&p.session_id)?;
+        let params = records::params_digest("respond", &(&p.interaction_id, &p.response));
+        let mut build = |state: &State, first: u64| {
+            match state.interactions.get(&p.interaction_id) {
+                None => {
+                    return Err(EngineError::not_found(format!(
+                        "interaction {:?} in Session {}",
+                        p.interaction_id, p.session_id
+                    )))
+                }
+                Some(st) if st.resolved.is_some() => {
+                    return Err(EngineError::conflict(format!(
+                        "interaction {:?} is already resolved",
+                        p.interaction_id
+                    )))
+                }
+                Some(_) => {}
+            }
+            let event = Event::InteractionResolved(InteractionResolved {
+                interaction_id: p.interaction_id.clone(),
+                response: p.response.clone(),
+            });
+            Ok((vec![event], Outcome::Sequence { sequence: first }))
+        };
+        match s.mutate(Mutation {
+            operation: &p.operation,
+            params,
+            build: &mut build,
+        })? {
+            Outcome::Sequence { sequence } => Ok(SequenceResult { sequence }),
+            _ => Err(reused(&p.operation)),
+        }
+    }
+
+    pub fn pending_interactions(&self, session_id: &str) -> Result<Vec<Interaction>, EngineError> {
+        let s = self.session(session_id)?;
+        let inner = s.read();
+        s.interactions_pending(&inner)
+    }
+
+    /// The interaction with this id (pending or resolved), or None when there is none.
+    pub fn interaction(
+        &self,
+        session_id: &str,
+        interaction_id: &str,
+    ) -> Result<Option<Interaction>, EngineError> {
+        let s = self.session(session_id)?;
+        let inner = s.read();
+        s.interaction_in(&inner, interaction_id)
+    }
+
+    pub fn history(&self, p: HistoryParams) -> Result<HistoryPage, EngineError> {
+        self.session(&p.session_id)?.history(&p)
+    }
+
+    pub fn source(&self, p: SourceParams) -> Result<SourcePage, EngineError> {
+        self.session(&p.session_id)?.source(&p)
+    }
+
+    /// Blocks up to `timeoutMs` until an event with `sequence > after` exists.
+    pub fn watch(&self, p: WatchParams) -> Result<WatchResult, EngineError> {
+        self.session(&p.session_id)?.watch(p.after, p.timeout_ms)
+    }
+
+    /// The latest `contextPrepared` at or before the fence, or None.
+    pub fn context(&self, p: ContextParams) -> Result<Option<ContextResult>, EngineError> {
+        self.session(&p.session_id)?.context(p.through)
+    }
+
+    /// Attachment metadata of an invocation's user message, in order.
+    pub fn attachments(&self, p: AttachmentsParams) -> Result<Vec<AttachmentMeta>, EngineError> {
+        let s = self.session(&p.session_id)?;
+        let inner = s.read();
+        let st = inner.state.invocations.get(&p.invocation).ok_or_else(|| {
+            EngineError::not_found(format!(
+                "invocation {:?} in Session {}",
+                p.invocation, p.session_id
+            ))
+        })?;
+        match s.event_at(&inner, st.message)? {
+            Event::UserMessage(m) => Ok(m.attachments),
+            _ => Err(EngineError::corrupt(
+                s.dir(),
+                format!("event {} is not a userMessage", st.message),
+            )),
+        }
+    }
+
+    /// Bytes `[offset, offset + limit)` of the concatenation of an invocation's attachments.
+    pub fn read_attachments(
+        &self,
+        p: ReadAttachmentsParams,
+    ) -> Result<AttachmentData, EngineError> {
+        let limit = p.limit.unwrap_or(READ_ATTACHMENTS_BYTES_MAX);
+        if limit == 0 || limit > READ_ATTACHMENTS_BYTES_MAX {
+            return Err(EngineError::invalid(format!(
+                "limit must be 1 to {READ_ATTACHMENTS_BYTES_MAX} bytes, got {limit}"
+            )));
+        }
+        let metas = self.attachments(AttachmentsParams {
+            session_id: p.session_id.clone(),
+            invocation: p.invocation.clone(),
+        })?;
+        let total: u64 = metas.iter().map(|m| m.bytes).sum();
+        let offset = p.offset.unwrap_or(0);
+        if offset > total {
+            return Err(EngineError::invalid(format!(
+                "offset {offset} is past the attachments' end ({total} bytes)"
+            )));
+        }
+        let want_end = offset.saturating_add(limit).min(total);
+        let mut out = Vec::with_capacity((want_end - offset) as usize);
+        let mut base = 0u64;
+        for m in &metas {
+            let (a, b) = (base.max(offset), (base + m.bytes).min(want_end));
+            if a < b {
+                self.shared
+                    .blobs
+                    .read_range(&m.digest, a - base, b - a, &mut out)?;
+            }
+            base += m.bytes;
+        }
+        Ok(AttachmentData {
+            data_base64: base64::engine::general_purpose::STANDARD.encode(out),
+        })
+    }
+
+    /// Walks every checksum of the Root: the Root log, every Session log, every blob.
+    pub fn verify(&self) -> Result<VerifyReport, EngineError> {
+        let mut report = VerifyReport::default();
+        let r = self.shared.root_log.verify()?;
+        report.records += r.records;
+        report.bytes += r.bytes;
+        let ids: Vec<String> = lock(&self.shared.registry)
+            .sessions
+            .keys()
+            .cloned()
+            .collect();
+        for id in &ids {
+            let s = self.session(id)?;
+            let v = s.log().verify()?;
+            report.sessions += 1;
+            report.records += v.records;
+            report.bytes += v.bytes;
+        }
+        report.blobs = self.shared.blobs.verify()?;
+        Ok(report)
+    }
+}
+
+fn too_big() -> EngineError {
+    EngineError::invalid(format!(
+        "attachments exceed SEND_ATTACHMENT_BYTES_MAX ({SEND_ATTACHMENT_BYTES_MAX} bytes per send); send fewer or smaller files"
+    ))
+}
+
+fn reused(operation: &str) -> EngineError {
+    EngineError::conflict(format!(
+        "operation {operation:?} was already used for a different kind of mutation"
+    ))
+}
+
+impl Shared {
+    fn session(&self, id: &str) -> Result<Arc<Session>, EngineError> {
+        let slot = {
+            let reg = lock(&self.registry);
+            reg.sessions
+                .get(id)
+                .ok_or_else(|| EngineError::not_found(format!("Session {id}")))?
+                .slot
+                .clone()
+        };
+        let mut slot = lock(&slot);
+        if let Some(s) = slot.as_ref() {
+            return Ok(Arc::clone(s));
+        }
+        let dir = self.dir.join(SESSIONS_DIR).join(id);
+        if !dir.is_dir() {
+            return Err(EngineError::corrupt(
+                &dir,
+                "the Root log lists this Session but its directory is missing",
+            ));
+        }
+        let s = Arc::new(Session::open(id, &dir, self.options.durability)?);
+        *slot = Some(Arc::clone(&s));
+        lock(&self.opened).push(Arc::clone(&s));
+        Ok(s)
+    }
+
+    /// Makes the Session directory for a registered Session unless it exists: built under a
+    /// staging name (ids never start with '.') and renamed into place, so it appears whole.
+    fn materialize(&self, r: &SessionRecord) -> Result<(), EngineError> {
+        let sessions = self.dir.join(SESSIONS_DIR);
+        let dir = sessions.join(&r.session_id);
+        if dir.exists() {
+            return Ok(());
+        }
+        let staging = sessions.join(format!("{STAGING_PREFIX}{}", r.session_id));
+        if staging.exists() {
+            // An earlier attempt died half way; it was never visible.
+            std::fs::remove_dir_all(&staging)
+                .map_err(|e| EngineError::io(&staging, "remove a half-made Session", e))?;
+        }
+        Session::create_files(
+            &staging,
+            r.workspace.clone(),
+            r.branch.clone(),
+            self.options.durability,
+        )?;
+        crate::fsutil::sync_dir(&staging)?;
+        std::fs::rename(&staging, &dir)
+            .map_err(|e| EngineError::io(&dir, "rename into place", e))?;
+        crate::fsutil::sync_dir(&sessions)
+    }
+
+    fn sync_all(&self) -> Result<(), EngineError> {
+        let sessions: Vec<Arc<Session>> = lock(&self.opened).clone();
+        let mut first_err = None;
+        for s in sessions {
+            if let Err(e) = s.sync_indexes() {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    fn flush_loop(&self) {
+        let mut stop = lock(&self.stop);
+        loop {
+            stop = self
+                .stop_signal
+                .wait_timeout(stop, self.options.index_sync_interval)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+            if *stop {
+                break;
+            }
+            drop(stop);
+            // Derived data: a failed sync is retried next tick and, at worst, rebuilt on open.
+            let _ = self.sync_all();
+            stop = lock(&self.stop);
+        }
+    }
+}
+
+impl Drop for Root {
+    fn drop(&mut self) {
+        *lock(&self.shared.stop) = true;
+        self.shared.stop_signal.notify_all();
+        if let Some(h) = self.flusher.take() {
+            let _ = h.join();
+        }
+        let _ = self.shared.sync_all();
+    }
+}

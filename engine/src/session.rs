@@ -1,0 +1,566 @@
+//! One Session: its log, its derived indexes and state, and the mutation path.
+//!
+//! Files in `sessions/<id>/` (see `docs/format.md`):
+//! - `log/`: the Session's `logbook-log` log, the only source of truth.
+//! - `seq.idx`: sequence -> event Location (+ event kind), entry `i` is sequence `i + 1`.
+//! - `row.idx`: row ordinal -> (sourceSequence, itemIndex, row kind, flags).
+//! - `receipt.idx`: (operation hash, receipt Location), in log order.
+//! - `state.ckpt`: derived state checkpoint (see [`crate::state`]).
+//!
+//! Everything but `log/` is derived and rebuilt when missing, damaged or ahead of the log.
+//! Open costs O(tail): the checkpoint names the sequence C that the indexes and state cover;
+//! the indexes are cut back to C, the event at C is read to prove it is still in the log, and
+//! only the records after it are scanned.
+
+use crate::error::EngineError;
+use crate::event::{rows_of, Branch, Event, RowKind, SessionCreated};
+use crate::records::{self, EventRecord, EventRecordRef, Outcome, Receipt};
+use crate::state::State;
+use logbook_index::FixedIndex;
+use logbook_log::{Durability, Location, Log, LogConfig, Record};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+pub(crate) const SEQ_TAG: [u8; 4] = *b"SEQ1";
+pub(crate) const SEQ_ENTRY_BYTES: u32 = 24;
+pub(crate) const ROW_TAG: [u8; 4] = *b"ROW1";
+pub(crate) const ROW_ENTRY_BYTES: u32 = 16;
+pub(crate) const RECEIPT_TAG: [u8; 4] = *b"RCP1";
+pub(crate) const RECEIPT_ENTRY_BYTES: u32 = 24;
+/// Row flag: the row belongs to an internal tool call (or its result) and is hidden from pages.
+pub(crate) const ROW_FLAG_HIDDEN: u8 = 1;
+
+/// One row index entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct RowEntry {
+    pub sequence: u64,
+    pub item: u32,
+    pub kind: RowKind,
+    pub hidden: bool,
+}
+
+impl RowEntry {
+    fn encode(&self) -> [u8; ROW_ENTRY_BYTES as usize] {
+        let mut b = [0u8; ROW_ENTRY_BYTES as usize];
+        b[0..8].copy_from_slice(&self.sequence.to_le_bytes());
+        b[8..12].copy_from_slice(&self.item.to_le_bytes());
+        b[12] = self.kind.code();
+        b[13] = if self.hidden { ROW_FLAG_HIDDEN } else { 0 };
+        b
+    }
+
+    pub(crate) fn decode(b: &[u8]) -> Option<RowEntry> {
+        Some(RowEntry {
+            sequence: u64::from_le_bytes(b.get(0..8)?.try_into().ok()?),
+            item: u32::from_le_bytes(b.get(8..12)?.try_into().ok()?),
+            kind: RowKind::from_code(*b.get(12)?)?,
+            hidden: b.get(13)? & ROW_FLAG_HIDDEN != 0,
+        })
+    }
+
+    pub(crate) fn key(b: &[u8]) -> (u64, u32) {
+        let seq = b
+            .get(0..8)
+            .and_then(|s| s.try_into().ok())
+            .map(u64::from_le_bytes)
+            .unwrap_or(u64::MAX);
+        let item = b
+            .get(8..12)
+            .and_then(|s| s.try_into().ok())
+            .map(u32::from_le_bytes)
+            .unwrap_or(u32::MAX);
+        (seq, item)
+    }
+}
+
+fn loc_entry(loc: Location, kind: u8) -> [u8; SEQ_ENTRY_BYTES as usize] {
+    let mut b = [0u8; SEQ_ENTRY_BYTES as usize];
+    b[0..8].copy_from_slice(&loc.segment.to_le_bytes());
+    b[8..16].copy_from_slice(&loc.offset.to_le_bytes());
+    b[16] = kind;
+    b
+}
+
+fn entry_loc(b: &[u8], at: usize) -> Location {
+    let word = |i: usize| {
+        b.get(i..i + 8)
+            .and_then(|s| s.try_into().ok())
+            .map(u64::from_le_bytes)
+            .unwrap_or(u64::MAX)
+    };
+    Location {
+        segment: word(at),
+        offset: word(at + 8),
+    }
+}
+
+/// The event kind code stored in `seq.idx` (index of the kind in [`EVENT_KINDS`]).
+pub(crate) const EVENT_KINDS: [&str; 9] = [
+    "sessionCreated",
+    "userMessage",
+    "modelCompletion",
+    "toolResult",
+    "turnSettled",
+    "stopRequested",
+    "interactionRequested",
+    "interactionResolved",
+    "contextPrepared",
+];
+
+fn kind_code(e: &Event) -> u8 {
+    let k = e.kind();
+    EVENT_KINDS
+        .iter()
+        .position(|x| *x == k)
+        .expect("every kind is listed") as u8
+}
+
+/// The derived, lock-protected part of a Session.
+pub(crate) struct Inner {
+    pub seq: FixedIndex,
+    pub rows: FixedIndex,
+    pub receipts: FixedIndex,
+    pub state: State,
+}
+
+impl Inner {
+    pub(crate) fn location(&self, sequence: u64) -> Option<Location> {
+        let e = self.seq.get(sequence.checked_sub(1)?)?;
+        Some(entry_loc(e, 0))
+    }
+
+    pub(crate) fn event_kind(&self, sequence: u64) -> Option<&'static str> {
+        let e = self.seq.get(sequence.checked_sub(1)?)?;
+        EVENT_KINDS.get(usize::from(*e.get(16)?)).copied()
+    }
+
+    pub(crate) fn row(&self, ordinal: u64) -> Option<RowEntry> {
+        RowEntry::decode(self.rows.get(ordinal)?)
+    }
+
+    /// Number of rows whose source sequence is `<= through`.
+    pub(crate) fn rows_through(&self, through: u64) -> u64 {
+        self.rows.partition_point(|e| RowEntry::key(e).0 <= through)
+    }
+
+    /// First row ordinal whose position is `>= (seq, item)`.
+    pub(crate) fn row_lower_bound(&self, seq: u64, item: u32) -> u64 {
+        self.rows
+            .partition_point(|e| RowEntry::key(e) < (seq, item))
+    }
+
+    /// First row ordinal whose position is `> (seq, item)`.
+    pub(crate) fn row_upper_bound(&self, seq: u64, item: u32) -> u64 {
+        self.rows
+            .partition_point(|e| RowEntry::key(e) <= (seq, item))
+    }
+
+    /// Folds one event in: sequence index, rows (hidden flags from the state so far), state.
+    fn index_event(&mut self, sequence: u64, loc: Location, event: &Event) {
+        debug_assert_eq!(self.seq.len() + 1, sequence, "seq.idx is dense");
+        self.seq.push(&loc_entry(loc, kind_code(event)));
+        for (i, row) in rows_of(event).iter().enumerate() {
+            let hidden = row.internal
+                || (row.kind == RowKind::ToolResult
+                    && row
+                        .tool_call_id
+                        .is_some_and(|id| self.state.is_internal_call(id)));
+            let entry = RowEntry {
+                sequence,
+                item: i as u32,
+                kind: row.kind,
+                hidden,
+            };
+            self.rows.push(&entry.encode());
+        }
+        self.state.apply(sequence, event);
+    }
+
+    fn index_receipt(&mut self, loc: Location, operation: &str) {
+        let mut b = [0u8; RECEIPT_ENTRY_BYTES as usize];
+        b[0..8].copy_from_slice(&records::operation_hash(operation).to_le_bytes());
+        b[8..24].copy_from_slice(&loc_entry(loc, 0)[..16]);
+        self.receipts.push(&b);
+    }
+}
+
+/// Receipt locations by operation hash, built on the first mutation from `receipt.idx`.
+type ReceiptMap = HashMap<u64, Vec<Location>>;
+
+/// Builds a mutation's events (and outcome) from the state and the first sequence they get.
+pub(crate) type BuildFn<'a> =
+    dyn FnMut(&State, u64) -> Result<(Vec<Event>, Outcome), EngineError> + 'a;
+
+/// What a mutation asks of [`Session::mutate`].
+pub(crate) struct Mutation<'a> {
+    pub operation: &'a str,
+    pub params: [u8; 32],
+    /// Builds the events from the current state and the first sequence they will get, or fails
+    /// (then nothing is written and no receipt stored).
+    pub build: &'a mut BuildFn<'a>,
+}
+
+pub(crate) struct Session {
+    pub id: String,
+    dir: PathBuf,
+    log: Log,
+    writer: Mutex<Option<ReceiptMap>>,
+    inner: RwLock<Inner>,
+    revision: Mutex<u64>,
+    appended: Condvar,
+    dirty: AtomicBool,
+}
+
+fn open_index(path: &Path, tag: [u8; 4], width: u32) -> Result<(FixedIndex, bool), EngineError> {
+    match FixedIndex::open(path, tag, width) {
+        Ok(ix) if ix.cut_bytes() == 0 => Ok((ix, false)),
+        // Missing, damaged, foreign, torn: derived data, so start it over.
+        _ => Ok((FixedIndex::create(path, tag, width)?, true)),
+    }
+}
+
+pub(crate) fn log_config(durability: Durability) -> LogConfig {
+    LogConfig {
+        durability,
+        ..LogConfig::default()
+    }
+}
+
+impl Session {
+    /// Creates the Session's files in `dir` (absent or empty) and writes `sessionCreated` as
+    /// sequence 1.
+    pub(crate) fn create_files(
+        dir: &Path,
+        workspace: Option<String>,
+        branch: Option<Branch>,
+        durability: Durability,
+    ) -> Result<(), EngineError> {
+        std::fs::create_dir_all(dir).map_err(|e| EngineError::io(dir, "create directory", e))?;
+        let log = Log::create(&dir.join("log"), log_config(durability))?;
+        let event = Event::SessionCreated(SessionCreated { workspace, branch });
+        let payload = records::encode(&EventRecordRef {
+            sequence: 1,
+            event: &event,
+        });
+        log.append(&[Record {
+            kind: records::KIND_EVENT,
+            payload: &payload,
+        }])?;
+        Ok(())
+    }
+
+    pub(crate) fn open(
+        id: &str,
+        dir: &Path,
+        durability: Durability,
+    ) -> Result<Session, EngineError> {
+        let (log, _recovery) = Log::open(&dir.join("log"), log_config(durability))?;
+        let (seq, f1) = open_index(&dir.join("seq.idx"), SEQ_TAG, SEQ_ENTRY_BYTES)?;
+        let (rows, f2) = open_index(&dir.join("row.idx"), ROW_TAG, ROW_ENTRY_BYTES)?;
+        let (receipts, f3) =
+            open_index(&dir.join("receipt.idx"), RECEIPT_TAG, RECEIPT_ENTRY_BYTES)?;
+        let state = State::load(&dir.join("state.ckpt")).unwrap_or_default();
+        let mut inner = Inner {
+            seq,
+            rows,
+            receipts,
+            state,
+        };
+        let start = Self::resume_point(&log, &mut inner, f1 || f2 || f3)?;
+        let session = Session {
+            id: id.to_owned(),
+            dir: dir.to_owned(),
+            log,
+            writer: Mutex::new(None),
+            inner: RwLock::new(inner),
+            revision: Mutex::new(0),
+            appended: Condvar::new(),
+            dirty: AtomicBool::new(false),
+        };
+        session.replay_tail(start)?;
+        let rev = session.read().state.revision;
+        if rev == 0 {
+            return Err(EngineError::corrupt(
+                &session.dir,
+                "the Session log holds no sessionCreated event",
+            ));
+        }
+        *session.revision.lock().expect("revision lock") = rev;
+        Ok(session)
+    }
+
+    /// Cuts the indexes back to what the checkpoint covers and returns where to scan from
+    /// (`None` = the covered event itself must be skipped at `Some(loc)`).
+    fn resume_point(
+        log: &Log,
+        inner: &mut Inner,
+        fresh_index: bool,
+    ) -> Result<Option<Location>, EngineError> {
+        let c = inner.state.revision;
+        let trusted = c > 0
+            && !fresh_index
+            && inner.seq.len() >= c
+            && inner
+                .location(c)
+                .is_some_and(|loc| loc < log.end() && Self::is_event_at(log, loc, c));
+        if !trusted {
+            inner.state = State::default();
+            inner.seq.truncate(0)?;
+            inner.rows.truncate(0)?;
+            inner.receipts.truncate(0)?;
+            return Ok(None);
+        }
+        let loc_c = inner.location(c).expect("checked above");
+        inner.seq.truncate(c)?;
+        let keep_rows = inner.rows_through(c);
+        inner.rows.truncate(keep_rows)?;
+        let keep_receipts = inner.receipts.partition_point(|e| entry_loc(e, 8) <= loc_c);
+        inner.receipts.truncate(keep_receipts)?;
+        Ok(Some(loc_c))
+    }
+
+    fn is_event_at(log: &Log, loc: Location, sequence: u64) -> bool {
+        match log.read(loc) {
+            Ok(r) if r.kind == records::KIND_EVENT => {
+                postcard::from_bytes::<EventRecord>(&r.payload)
+                    .is_ok_and(|e| e.sequence == sequence)
+            }
+            _ => false,
+        }
+    }
+
+    fn replay_tail(&self, from: Option<Location>) -> Result<(), EngineError> {
+        let mut inner = self.write();
+        let (start, skip_first) = match from {
+            Some(loc) => (loc, true),
+            None => (self.log.start(), false),
+        };
+        let log_path = self.log.dir().to_owned();
+        for (n, item) in self.log.scan(start).enumerate() {
+            let (loc, record, _) = item?;
+            if n == 0 && skip_first {
+                continue;
+            }
+            match record.kind {
+                records::KIND_EVENT => {
+                    let er: EventRecord =
+                        records::decode(&log_path, "an event record", &record.payload)?;
+                    let want = inner.state.revision + 1;
+                    if er.sequence != want {
+                        return Err(EngineError::corrupt(
+                            &log_path,
+                            format!(
+                                "event at {loc:?} has sequence {} where {want} was expected",
+                                er.sequence
+                            ),
+                        ));
+                    }
+                    inner.index_event(er.sequence, loc, &er.event);
+                }
+                records::KIND_RECEIPT => {
+                    let r: Receipt =
+                        records::decode(&log_path, "a receipt record", &record.payload)?;
+                    inner.index_receipt(loc, &r.operation);
+                }
+                other => {
+                    return Err(EngineError::corrupt(
+                        &log_path,
+                        format!("unknown record kind {other} at {loc:?}"),
+                    ))
+                }
+            }
+        }
+        drop(inner);
+        self.dirty.store(true, Ordering::Release);
+        Ok(())
+    }
+
+    pub(crate) fn read(&self) -> RwLockReadGuard<'_, Inner> {
+        // A panic while holding the lock cannot leave the indexes half-updated in a way that
+        // matters more than losing the process; keep serving.
+        self.inner.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Inner> {
+        self.inner.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn log(&self) -> &Log {
+        &self.log
+    }
+
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Reads and decodes event `sequence` (which must be `<=` the revision).
+    pub(crate) fn event_at(&self, inner: &Inner, sequence: u64) -> Result<Event, EngineError> {
+        let loc = inner.location(sequence).ok_or_else(|| {
+            EngineError::not_found(format!("event {sequence} of Session {}", self.id))
+        })?;
+        let record = self.log.read(loc)?;
+        if record.kind != records::KIND_EVENT {
+            return Err(EngineError::corrupt(
+                self.log.dir(),
+                format!("record at {loc:?} is not an event"),
+            ));
+        }
+        let er: EventRecord = records::decode(self.log.dir(), "an event record", &record.payload)?;
+        if er.sequence != sequence {
+            return Err(EngineError::corrupt(
+                self.log.dir(),
+                format!(
+                    "record at {loc:?} holds event {} where {sequence} was expected",
+                    er.sequence
+                ),
+            ));
+        }
+        Ok(er.event)
+    }
+
+    fn writer(&self) -> MutexGuard<'_, Option<ReceiptMap>> {
+        self.writer.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Finds the receipt of `operation`, loading the receipt map on first use.
+    fn find_receipt(
+        &self,
+        map: &mut Option<ReceiptMap>,
+        operation: &str,
+    ) -> Result<Option<Receipt>, EngineError> {
+        if map.is_none() {
+            let inner = self.read();
+            let mut m: ReceiptMap = HashMap::new();
+            for i in 0..inner.receipts.len() {
+                let e = inner.receipts.get(i).expect("i < len");
+                let hash = u64::from_le_bytes(e[0..8].try_into().expect("8 bytes"));
+                m.entry(hash).or_default().push(entry_loc(e, 8));
+            }
+            *map = Some(m);
+        }
+        let m = map.as_ref().expect("loaded above");
+        for loc in m
+            .get(&records::operation_hash(operation))
+            .into_iter()
+            .flatten()
+        {
+            let record = self.log.read(*loc)?;
+            if record.kind != records::KIND_RECEIPT {
+                return Err(EngineError::corrupt(
+                    self.log.dir(),
+                    format!("record at {loc:?} is not a receipt"),
+                ));
+            }
+            let r: Receipt = records::decode(self.log.dir(), "a receipt record", &record.payload)?;
+            if r.operation == operation {
+                return Ok(Some(r));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Applies a mutation once: a repeat with the same parameters returns the stored outcome,
+    /// with other parameters fails with Conflict. Events and receipt go in one log batch.
+    pub(crate) fn mutate(&self, m: Mutation<'_>) -> Result<Outcome, EngineError> {
+        let mut map = self.writer();
+        if let Some(r) = self.find_receipt(&mut map, m.operation)? {
+            if r.params == m.params {
+                return Ok(r.outcome);
+            }
+            return Err(EngineError::conflict(format!(
+                "operation {:?} was already used in Session {} with other parameters; \
+                 use a new operation for a new request",
+                m.operation, self.id
+            )));
+        }
+        let first = self.read().state.revision + 1;
+        let (events, outcome) = {
+            let inner = self.read();
+            (m.build)(&inner.state, first)?
+        };
+        let mut payloads = Vec::with_capacity(events.len() + 1);
+        for (i, e) in events.iter().enumerate() {
+            payloads.push(records::encode(&EventRecordRef {
+                sequence: first + i as u64,
+                event: e,
+            }));
+        }
+        let receipt = Receipt {
+            operation: m.operation.to_owned(),
+            params: m.params,
+            outcome: outcome.clone(),
+        };
+        payloads.push(records::encode(&receipt));
+        let mut batch: Vec<Record<'_>> = payloads[..events.len()]
+            .iter()
+            .map(|p| Record {
+                kind: records::KIND_EVENT,
+                payload: p,
+            })
+            .collect();
+        batch.push(Record {
+            kind: records::KIND_RECEIPT,
+            payload: &payloads[events.len()],
+        });
+        let locs = self.log.append(&batch)?;
+        {
+            let mut inner = self.write();
+            for (i, e) in events.iter().enumerate() {
+                inner.index_event(first + i as u64, locs[i], e);
+            }
+            inner.index_receipt(locs[events.len()], m.operation);
+        }
+        if let Some(map) = map.as_mut() {
+            map.entry(records::operation_hash(m.operation))
+                .or_default()
+                .push(locs[events.len()]);
+        }
+        drop(map);
+        self.dirty.store(true, Ordering::Release);
+        let last = first + events.len() as u64 - 1;
+        *self.revision.lock().unwrap_or_else(|p| p.into_inner()) = last.max(first - 1);
+        self.appended.notify_all();
+        Ok(outcome)
+    }
+
+    /// Blocks until the revision exceeds `after` or `timeout` passes; returns the revision.
+    pub(crate) fn wait_for(&self, after: u64, timeout: std::time::Duration) -> u64 {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut rev = self.revision.lock().unwrap_or_else(|p| p.into_inner());
+        while *rev <= after {
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                break;
+            }
+            rev = self
+                .appended
+                .wait_timeout(rev, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        *rev
+    }
+
+    /// Makes the indexes durable and writes a checkpoint of the state they cover.
+    pub(crate) fn sync_indexes(&self) -> Result<(), EngineError> {
+        if !self.dirty.swap(false, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let state = {
+            let mut inner = self.write();
+            let r = inner
+                .seq
+                .sync()
+                .and_then(|_| inner.rows.sync())
+                .and_then(|_| inner.receipts.sync());
+            if let Err(e) = r {
+                self.dirty.store(true, Ordering::Release);
+                return Err(e.into());
+            }
+            inner.state.clone()
+        };
+        state.save(&self.dir.join("state.ckpt"))
+    }
+}

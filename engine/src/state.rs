@@ -1,0 +1,221 @@
+//! Derived Session state (queue, interactions, internal tool calls, contexts) and its checkpoint.
+//!
+//! The state is a pure function of the event sequence: [`State::apply`] folds one event in.
+//! To avoid replaying the whole log on open, the state is written now and then to
+//! `state.ckpt` together with the sequence it covers; open loads it and replays only the events
+//! after that sequence. The checkpoint is derived: a missing, damaged, foreign-version or
+//! too-new checkpoint is ignored and the state rebuilt from the log.
+//!
+//! Checkpoint layout (integers LE):
+//!
+//! | offset | width | field |
+//! |---|---|---|
+//! | 0 | 8 | magic `LBSTATE\0` |
+//! | 8 | 4 | [`CHECKPOINT_FORMAT_VERSION`] |
+//! | 12 | 4 | reserved, zero |
+//! | 16 | 8 | covered sequence (= the revision the state reflects) |
+//! | 24 | 8 | payload length P |
+//! | 32 | P | postcard of the state |
+//! | 32+P | 4 | CRC-32 of bytes 0..32+P |
+
+use crate::error::EngineError;
+use crate::event::{Event, Item};
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write as _;
+use std::path::Path;
+
+/// Magic bytes of a state checkpoint file.
+pub const CHECKPOINT_MAGIC: [u8; 8] = *b"LBSTATE\0";
+/// Version of the state checkpoint file.
+pub const CHECKPOINT_FORMAT_VERSION: u32 = 1;
+const CHECKPOINT_HEADER_BYTES: usize = 32;
+/// Largest checkpoint payload accepted on load, in bytes.
+pub const CHECKPOINT_PAYLOAD_BYTES_MAX: u64 = 1 << 30;
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct InvocationState {
+    /// Sequence of the invocation's `userMessage`.
+    pub message: u64,
+    pub settled: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct InteractionState {
+    pub requested: u64,
+    pub resolved: Option<u64>,
+}
+
+/// Everything the engine needs to answer queue/interaction questions and to mark rows hidden.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct State {
+    pub revision: u64,
+    pub invocations: BTreeMap<String, InvocationState>,
+    /// Unsettled invocations by their `userMessage` sequence.
+    pub queue: BTreeMap<u64, String>,
+    pub interactions: BTreeMap<String, InteractionState>,
+    /// Unresolved interactions by their request sequence.
+    pub pending: BTreeMap<u64, String>,
+    /// Ids of tool calls marked internal: their results are hidden too.
+    pub internal_calls: BTreeSet<String>,
+    /// Sequences of `contextPrepared` events, ascending.
+    pub contexts: Vec<u64>,
+}
+
+impl State {
+    /// Folds event `sequence` in. Must be called for every event in sequence order.
+    pub(crate) fn apply(&mut self, sequence: u64, event: &Event) {
+        debug_assert_eq!(sequence, self.revision + 1, "events are applied densely");
+        self.revision = sequence;
+        match event {
+            Event::UserMessage(m) => {
+                self.invocations.insert(
+                    m.invocation.clone(),
+                    InvocationState {
+                        message: sequence,
+                        settled: false,
+                    },
+                );
+                self.queue.insert(sequence, m.invocation.clone());
+            }
+            Event::TurnSettled(t) => {
+                if let Some(inv) = self.invocations.get_mut(&t.invocation) {
+                    if !inv.settled {
+                        inv.settled = true;
+                        self.queue.remove(&inv.message);
+                    }
+                }
+            }
+            Event::ModelCompletion(c) => {
+                for item in &c.items {
+                    if let Item::ToolCall {
+                        id, internal: true, ..
+                    } = item
+                    {
+                        self.internal_calls.insert(id.clone());
+                    }
+                }
+            }
+            Event::InteractionRequested(i) => {
+                self.interactions.insert(
+                    i.interaction_id.clone(),
+                    InteractionState {
+                        requested: sequence,
+                        resolved: None,
+                    },
+                );
+                self.pending.insert(sequence, i.interaction_id.clone());
+            }
+            Event::InteractionResolved(r) => {
+                if let Some(s) = self.interactions.get_mut(&r.interaction_id) {
+                    if s.resolved.is_none() {
+                        s.resolved = Some(sequence);
+                        self.pending.remove(&s.requested);
+                    }
+                }
+            }
+            Event::ContextPrepared(_) => self.contexts.push(sequence),
+            Event::SessionCreated(_) | Event::ToolResult(_) | Event::StopRequested(_) => {}
+        }
+    }
+
+    /// Is a row of this tool call (or its result) hidden?
+    pub(crate) fn is_internal_call(&self, id: &str) -> bool {
+        self.internal_calls.contains(id)
+    }
+
+    /// Writes the checkpoint atomically: temporary file, fsync, rename, fsync of the directory.
+    pub(crate) fn save(&self, path: &Path) -> Result<(), EngineError> {
+        let payload = postcard::to_allocvec(self).map_err(|e| {
+            EngineError::corrupt(path, format!("cannot encode the state checkpoint: {e}"))
+        })?;
+        let mut bytes = Vec::with_capacity(CHECKPOINT_HEADER_BYTES + payload.len() + 4);
+        bytes.extend_from_slice(&CHECKPOINT_MAGIC);
+        bytes.extend_from_slice(&CHECKPOINT_FORMAT_VERSION.to_le_bytes());
+        bytes.extend_from_slice(&0u32.to_le_bytes());
+        bytes.extend_from_slice(&self.revision.to_le_bytes());
+        bytes.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+        bytes.extend_from_slice(&payload);
+        let crc = crc32fast::hash(&bytes);
+        bytes.extend_from_slice(&crc.to_le_bytes());
+        crate::fsutil::write_atomic(path, &bytes)
+    }
+
+    /// Loads a checkpoint; `None` when it is absent, damaged or of another version (then the
+    /// caller rebuilds: the checkpoint is derived data).
+    pub(crate) fn load(path: &Path) -> Option<State> {
+        let bytes = std::fs::read(path).ok()?;
+        if bytes.len() < CHECKPOINT_HEADER_BYTES + 4 || bytes[..8] != CHECKPOINT_MAGIC {
+            return None;
+        }
+        let version = u32::from_le_bytes(bytes[8..12].try_into().ok()?);
+        if version != CHECKPOINT_FORMAT_VERSION {
+            return None;
+        }
+        let covered = u64::from_le_bytes(bytes[16..24].try_into().ok()?);
+        let len = u64::from_le_bytes(bytes[24..32].try_into().ok()?);
+        if len > CHECKPOINT_PAYLOAD_BYTES_MAX
+            || (bytes.len() as u64) != CHECKPOINT_HEADER_BYTES as u64 + len + 4
+        {
+            return None;
+        }
+        let end = bytes.len() - 4;
+        let crc = u32::from_le_bytes(bytes[end..].try_into().ok()?);
+        if crc32fast::hash(&bytes[..end]) != crc {
+            return None;
+        }
+        let state: State = postcard::from_bytes(&bytes[CHECKPOINT_HEADER_BYTES..end]).ok()?;
+        (state.revision == covered).then_some(state)
+    }
+}
+
+/// Writes `bytes` to a fresh temporary file next to `path` and syncs it; used by `write_atomic`.
+pub(crate) fn write_file_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)?;
+    f.write_all(bytes)?;
+    f.sync_all()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{TurnSettled, UserMessage};
+
+    #[test]
+    fn checkpoint_round_trip_and_damage() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join("state.ckpt");
+        let mut s = State::default();
+        s.apply(
+            1,
+            &Event::UserMessage(UserMessage {
+                invocation: "i".into(),
+                text: "t".into(),
+                attachments: vec![],
+            }),
+        );
+        s.apply(
+            2,
+            &Event::TurnSettled(TurnSettled {
+                invocation: "j".into(),
+                outcome: crate::event::Outcome::Failed,
+            }),
+        );
+        s.save(&path).expect("save");
+        assert_eq!(State::load(&path), Some(s.clone()));
+        let good = std::fs::read(&path).expect("read");
+        for i in 0..good.len() {
+            let mut bad = good.clone();
+            bad[i] ^= 0x20;
+            std::fs::write(&path, &bad).expect("write");
+            assert_eq!(State::load(&path), None, "flipped byte {i} accepted");
+        }
+        for len in 0..good.len() {
+            std::fs::write(&path, &good[..len]).expect("write");
+            assert_eq!(State::load(&path), None, "truncated to {len} accepted");
+        }
+    }
+}

@@ -1,0 +1,72 @@
+#![allow(dead_code)]
+use logbook_engine::*;
+use std::path::Path;
+
+pub fn root_at(dir: &Path) -> Root {
+    Root::open_or_init(dir).expect("open root")
+}
+
+pub fn create(root: &Root, id: &str) -> String {
+    root.create_session(CreateSessionParams {
+        session_id: Some(id.into()),
+        workspace: Some("/work/space".into()),
+        operation: format!("create-{id}"),
+    })
+    .expect("create")
+    .session_id
+}
+
+pub fn events(json: &str) -> Vec<Event> {
+    serde_json::from_str(json).expect("events json")
+}
+
+pub fn append(root: &Root, sid: &str, op: &str, json: &str) -> Result<AppendResult, EngineError> {
+    root.append(AppendParams {
+        session_id: sid.into(),
+        operation: op.into(),
+        events: events(json),
+    })
+}
+
+pub fn tool_result(inv: &str, call: &str, body: &str) -> String {
+    let digest = logbook_engine::validate::sha256_digest(body.as_bytes());
+    serde_json::json!({
+        "kind": "toolResult", "invocation": inv, "toolCallId": call, "status": "ok", "body": body,
+        "raw": {"b": 1, "a": [1.50, 2e3]}, "parts": [{"kind": "text", "text": body}],
+        "bytes": body.len(), "digest": digest
+    })
+    .to_string()
+}
+
+pub fn hist(
+    root: &Root,
+    sid: &str,
+    through: Option<u64>,
+    after: Option<String>,
+    limit: u32,
+    dir: Direction,
+) -> HistoryPage {
+    root.history(HistoryParams {
+        session_id: sid.into(),
+        through,
+        after,
+        limit: Some(limit),
+        anchor: None,
+        direction: Some(dir),
+    })
+    .expect("history")
+}
+
+pub fn bodies(page: &HistoryPage) -> Vec<String> {
+    page.rows
+        .iter()
+        .map(|r| {
+            let f = r
+                .fields
+                .get("body")
+                .or_else(|| r.fields.get("name"))
+                .expect("a field");
+            f.text.clone()
+        })
+        .collect()
+}

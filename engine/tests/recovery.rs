@@ -1,0 +1,292 @@
+//! Derived files (indexes, checkpoint) are rebuilt or cut back from the log; crashes lose
+//! nothing acknowledged and never split a mutation from its receipt.
+mod common;
+use common::*;
+use logbook_engine::*;
+use std::path::Path;
+
+fn fill(root: &Root, sid: &str, batches: usize) {
+    for b in 0..batches {
+        let inv = format!("inv-{b}");
+        let json = format!(
+            r#"[{{"kind":"userMessage","invocation":"{inv}","text":"question {b}","attachments":[]}},
+                {{"kind":"modelCompletion","invocation":"{inv}","model":"m","items":[
+                  {{"kind":"assistant","body":"answer {b}","thinking":null}},
+                  {{"kind":"toolCall","id":"c{b}","name":"tool{b}","arguments":"{{}}","internal":{}}}],"usage":{{"inputTokens":1,"outputTokens":2}}}},
+                {},
+                {{"kind":"turnSettled","invocation":"{inv}","outcome":"completed"}}]"#,
+            b % 3 == 0,
+            tool_result(&inv, &format!("c{b}"), &format!("result {b}"))
+        );
+        append(root, sid, &format!("fill-{b}"), &json).expect("append");
+    }
+}
+
+fn all_pages(root: &Root, sid: &str) -> Vec<HistoryPage> {
+    let mut out = Vec::new();
+    for dir in [Direction::Forward, Direction::Backward] {
+        let mut after = None;
+        loop {
+            let p = hist(root, sid, None, after, 5, dir);
+            after = p.next_after.clone();
+            out.push(p);
+            if after.is_none() {
+                break;
+            }
+        }
+    }
+    out
+}
+
+fn session_dir(root_dir: &Path, sid: &str) -> std::path::PathBuf {
+    root_dir.join("sessions").join(sid)
+}
+
+fn reopen_and_compare(dir: &Path, sid: &str, expect: &[HistoryPage], rev: u64) {
+    let root = Root::open(dir).expect("reopen");
+    assert_eq!(root.revision(sid).expect("rev"), rev);
+    assert_eq!(all_pages(&root, sid), expect);
+    // The receipts survived: a repeat changes nothing.
+    let before = root.revision(sid).expect("rev");
+    let json = r#"[{"kind":"stopRequested","invocation":"inv-0"}]"#;
+    let first = append(&root, sid, "probe", json).expect("probe");
+    assert_eq!(
+        append(&root, sid, "probe", json).expect("repeat probe"),
+        first
+    );
+    assert_eq!(root.revision(sid).expect("rev"), before + 1);
+}
+
+fn setup(batches: usize) -> (tempfile::TempDir, std::path::PathBuf, Vec<HistoryPage>, u64) {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("r");
+    let root = root_at(&dir);
+    create(&root, "s");
+    fill(&root, "s", batches);
+    root.sync_indexes().expect("sync");
+    let pages = all_pages(&root, "s");
+    let rev = root.revision("s").expect("rev");
+    drop(root);
+    (tmp, dir, pages, rev)
+}
+
+#[test]
+fn missing_indexes_and_checkpoint_are_rebuilt() {
+    for name in ["seq.idx", "row.idx", "receipt.idx", "state.ckpt"] {
+        let (_tmp, dir, pages, rev) = setup(12);
+        std::fs::remove_file(session_dir(&dir, "s").join(name)).expect("rm");
+        reopen_and_compare(&dir, "s", &pages, rev);
+    }
+}
+
+#[test]
+fn damaged_indexes_and_checkpoint_are_rebuilt() {
+    for name in ["seq.idx", "row.idx", "receipt.idx", "state.ckpt"] {
+        for at in [0usize, 9, 13, 30] {
+            let (_tmp, dir, pages, rev) = setup(12);
+            let p = session_dir(&dir, "s").join(name);
+            let mut b = std::fs::read(&p).expect("read");
+            b[at] ^= 0x5a;
+            std::fs::write(&p, &b).expect("write");
+            reopen_and_compare(&dir, "s", &pages, rev);
+        }
+        // A torn index tail (half an entry) is also handled.
+        let (_tmp, dir, pages, rev) = setup(12);
+        let p = session_dir(&dir, "s").join(name);
+        let b = std::fs::read(&p).expect("read");
+        std::fs::write(&p, &b[..b.len() - 3]).expect("write");
+        reopen_and_compare(&dir, "s", &pages, rev);
+    }
+}
+
+#[test]
+fn indexes_ahead_of_a_cut_log_are_cut_back() {
+    let (_tmp, dir, _pages, rev) = setup(12);
+    // Tear the last batch (4 events + receipt) off the active segment.
+    let log_dir = session_dir(&dir, "s").join("log");
+    let active = std::fs::read_dir(&log_dir)
+        .expect("ls")
+        .map(|e| e.expect("entry").path())
+        .find(|p| p.extension().is_some_and(|x| x == "active"))
+        .expect("active segment");
+    let len = std::fs::metadata(&active).expect("stat").len();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&active)
+        .expect("open");
+    f.set_len(len - 7).expect("truncate");
+    drop(f);
+    let root = Root::open(&dir).expect("reopen");
+    assert_eq!(
+        root.revision("s").expect("rev"),
+        rev - 4,
+        "the torn batch is gone"
+    );
+    // Rows and receipts agree with the log: the torn batch's operation applies again.
+    let fresh = tempfile::tempdir().expect("tmp");
+    let model = root_at(&fresh.path().join("m"));
+    create(&model, "s");
+    fill(&model, "s", 11);
+    assert_eq!(all_pages(&root, "s"), all_pages(&model, "s"));
+    fill_one_again(&root);
+    assert_eq!(root.revision("s").expect("rev"), rev);
+}
+
+fn fill_one_again(root: &Root) {
+    // The same operation as the torn batch: it was never acknowledged as stored, so it applies.
+    let b = 11;
+    let inv = format!("inv-{b}");
+    let json = format!(
+        r#"[{{"kind":"userMessage","invocation":"{inv}","text":"question {b}","attachments":[]}},
+            {{"kind":"modelCompletion","invocation":"{inv}","model":"m","items":[
+              {{"kind":"assistant","body":"answer {b}","thinking":null}},
+              {{"kind":"toolCall","id":"c{b}","name":"tool{b}","arguments":"{{}}","internal":false}}],"usage":{{"inputTokens":1,"outputTokens":2}}}},
+            {},
+            {{"kind":"turnSettled","invocation":"{inv}","outcome":"completed"}}]"#,
+        tool_result(&inv, &format!("c{b}"), &format!("result {b}"))
+    );
+    let r = append(root, "s", &format!("fill-{b}"), &json).expect("append");
+    assert_eq!(r.last_sequence - r.first_sequence, 3);
+}
+
+#[test]
+fn unsynced_tail_is_replayed_on_open() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("r");
+    let opts = RootOptions {
+        index_sync_interval: std::time::Duration::from_secs(3600),
+        ..RootOptions::default()
+    };
+    let root = Root::open_or_init(&dir).expect("init");
+    drop(root);
+    let root = Root::open_with(&dir, opts.clone()).expect("open");
+    create(&root, "s");
+    fill(&root, "s", 5);
+    root.sync_indexes().expect("sync");
+    // Index files now cover 5 batches; throw away everything after by saving copies.
+    let sdir = session_dir(&dir, "s");
+    let names = ["seq.idx", "row.idx", "receipt.idx", "state.ckpt"];
+    let saved: Vec<Vec<u8>> = names
+        .iter()
+        .map(|n| std::fs::read(sdir.join(n)).expect("read"))
+        .collect();
+    fill(&root, "s", 9); // fill-0..4 repeat (no change), fill-5..8 new
+    let pages = all_pages(&root, "s");
+    let rev = root.revision("s").expect("rev");
+    drop(root);
+    for (n, b) in names.iter().zip(&saved) {
+        std::fs::write(sdir.join(n), b).expect("restore stale");
+    }
+    reopen_and_compare(&dir, "s", &pages, rev);
+}
+
+#[test]
+fn interrupted_create_session_is_finished_once() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("r");
+    let root = root_at(&dir);
+    let id = root
+        .create_session(CreateSessionParams {
+            session_id: None,
+            workspace: Some("/w".into()),
+            operation: "mk".into(),
+        })
+        .expect("create")
+        .session_id;
+    drop(root);
+    // As if the process died after the Root log recorded the Session but before its directory
+    // appeared (with a half-made staging directory left behind).
+    let sdir = dir.join("sessions").join(&id);
+    std::fs::remove_dir_all(&sdir).expect("rm");
+    let staging = dir.join("sessions").join(format!(".staging-{id}"));
+    std::fs::create_dir_all(staging.join("log")).expect("staging");
+    std::fs::write(staging.join("log").join("junk"), b"half").expect("junk");
+    let root = Root::open(&dir).expect("reopen");
+    assert!(sdir.is_dir() && !staging.exists());
+    let infos = root.sessions().expect("list");
+    assert_eq!(infos.len(), 1);
+    assert_eq!(infos[0].revision, 1);
+    assert_eq!(infos[0].workspace.as_deref(), Some("/w"));
+    let again = root
+        .create_session(CreateSessionParams {
+            session_id: None,
+            workspace: Some("/w".into()),
+            operation: "mk".into(),
+        })
+        .expect("repeat");
+    assert_eq!(again.session_id, id);
+    assert_eq!(root.sessions().expect("list").len(), 1, "never doubled");
+}
+
+#[test]
+fn kill9_keeps_mutations_whole() {
+    if let Ok(dir) = std::env::var("LOGBOOK_KILL_CHILD") {
+        let root = Root::open(Path::new(&dir)).expect("child open");
+        let mut k = 0u64;
+        loop {
+            let json = format!(
+                r#"[{{"kind":"userMessage","invocation":"k{k}","text":"t{k}","attachments":[]}},
+                    {{"kind":"turnSettled","invocation":"k{k}","outcome":"completed"}},
+                    {{"kind":"stopRequested","invocation":"k{k}"}}]"#
+            );
+            append(&root, "s", &format!("op-{k}"), &json).expect("child append");
+            println!("acked {k}");
+            k += 1;
+        }
+    }
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("r");
+    let root = root_at(&dir);
+    create(&root, "s");
+    drop(root);
+    let exe = std::env::current_exe().expect("exe");
+    let mut child = std::process::Command::new(exe)
+        .args([
+            "kill9_keeps_mutations_whole",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("LOGBOOK_KILL_CHILD", &dir)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    child.kill().expect("kill -9");
+    let out = child.wait_with_output().expect("wait");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let acked = text.lines().filter(|l| l.starts_with("acked ")).count() as u64;
+    let root = Root::open(&dir).expect("open after kill");
+    let rev = root.revision("s").expect("rev");
+    assert_eq!(
+        (rev - 1) % 3,
+        0,
+        "a mutation is whole or absent (revision {rev})"
+    );
+    let stored = (rev - 1) / 3;
+    assert!(
+        stored >= acked,
+        "every acknowledged mutation survived ({stored} < {acked})"
+    );
+    assert!(stored > 0, "the child made progress");
+    for k in 0..stored {
+        let json = format!(
+            r#"[{{"kind":"userMessage","invocation":"k{k}","text":"t{k}","attachments":[]}},
+                {{"kind":"turnSettled","invocation":"k{k}","outcome":"completed"}},
+                {{"kind":"stopRequested","invocation":"k{k}"}}]"#
+        );
+        let r = append(&root, "s", &format!("op-{k}"), &json).expect("repeat");
+        assert_eq!(
+            r.first_sequence,
+            2 + 3 * k,
+            "receipt of op-{k} present with its events"
+        );
+    }
+    assert_eq!(
+        root.revision("s").expect("rev"),
+        rev,
+        "repeats changed nothing"
+    );
+    let page = hist(&root, "s", None, None, 1024, Direction::Forward);
+    assert_eq!(page.rows.len() as u64, stored.min(1024));
+}

@@ -1,0 +1,380 @@
+//! `FixedIndex`: a file of fixed-width little-endian entries.
+//!
+//! Layout (all integers little-endian; see `docs/format.md`):
+//!
+//! ```text
+//! 0   8  magic      b"LBFIXIDX"
+//! 8   4  version    FIXED_INDEX_FORMAT_VERSION
+//! 12  4  tag        caller's 4-byte file kind ("SEQ1", "POS1", ...)
+//! 16  4  width      bytes per entry, 1..=FIXED_WIDTH_MAX
+//! 20  8  reserved   zero
+//! 28  4  crc32      CRC-32 of bytes 0..28
+//! 32  .. entries    k * width bytes
+//! ```
+//!
+//! The durable entries are read through a read-only map; entries pushed since
+//! the last `sync` live in memory. `sync` writes them past the mapped length,
+//! fdatasyncs, and maps again, so a mapped byte is never changed in place.
+//! A file whose length is not `32 + k * width` lost its last write half way
+//! (a torn tail): `open` cuts it back to whole entries and reports how many
+//! bytes it cut in [`FixedIndex::cut_bytes`]. The entries carry no checksum of
+//! their own: they are derived from the log, and the caller checks what an
+//! entry points at.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use memmap2::Mmap;
+
+use crate::error::IndexError;
+use crate::fsutil;
+
+/// Magic bytes at offset 0 of every fixed-width index file.
+pub const FIXED_INDEX_MAGIC: [u8; 8] = *b"LBFIXIDX";
+/// The fixed-width index format version this build writes and reads.
+pub const FIXED_INDEX_FORMAT_VERSION: u32 = 1;
+/// Header length in bytes; entries start here.
+pub const FIXED_HEADER_BYTES: u64 = 32;
+/// Largest entry width accepted, in bytes.
+pub const FIXED_WIDTH_MAX: u32 = 4096;
+
+const CRC_OFFSET: usize = 28;
+
+/// A file of fixed-width little-endian entries. See the module docs for the layout.
+///
+/// Not internally synchronised: wrap it in a `RwLock`; [`FixedIndex::get`] borrows.
+#[derive(Debug)]
+pub struct FixedIndex {
+    path: PathBuf,
+    file: File,
+    tag: [u8; 4],
+    width: u32,
+    /// Entries `[0, durable)` are in the file and mapped.
+    map: Option<Mmap>,
+    durable: u64,
+    /// Entries `[durable, durable + tail.len() / width)`, not yet synced.
+    tail: Vec<u8>,
+    cut_bytes: u64,
+    poisoned: bool,
+}
+
+fn encode_header(tag: [u8; 4], width: u32) -> [u8; FIXED_HEADER_BYTES as usize] {
+    let mut h = [0u8; FIXED_HEADER_BYTES as usize];
+    h[0..8].copy_from_slice(&FIXED_INDEX_MAGIC);
+    h[8..12].copy_from_slice(&FIXED_INDEX_FORMAT_VERSION.to_le_bytes());
+    h[12..16].copy_from_slice(&tag);
+    h[16..20].copy_from_slice(&width.to_le_bytes());
+    let crc = crc32fast::hash(&h[..CRC_OFFSET]);
+    h[CRC_OFFSET..].copy_from_slice(&crc.to_le_bytes());
+    h
+}
+
+fn check_width(width: u32) -> Result<(), IndexError> {
+    if width == 0 || width > FIXED_WIDTH_MAX {
+        return Err(IndexError::InvalidArgument {
+            reason: format!("entry width {width} is outside 1..={FIXED_WIDTH_MAX}"),
+        });
+    }
+    Ok(())
+}
+
+fn le_u32(b: &[u8]) -> u32 {
+    u32::from_le_bytes(b.try_into().expect("caller passes exactly 4 bytes"))
+}
+
+/// Checks a header read from `path` against what the caller expects.
+fn check_header(path: &Path, h: &[u8], tag: [u8; 4], width: u32) -> Result<(), IndexError> {
+    if h.len() < 8 || h[0..8] != FIXED_INDEX_MAGIC {
+        return Err(IndexError::ForeignFile {
+            path: path.to_path_buf(),
+            expected: FIXED_INDEX_MAGIC,
+            found: h[..h.len().min(8)].to_vec(),
+        });
+    }
+    if h.len() < FIXED_HEADER_BYTES as usize {
+        return Err(IndexError::corrupt(
+            path,
+            h.len() as u64,
+            format!(
+                "file of {} bytes is shorter than its {FIXED_HEADER_BYTES}-byte header",
+                h.len()
+            ),
+        ));
+    }
+    let stored = le_u32(&h[CRC_OFFSET..CRC_OFFSET + 4]);
+    let computed = crc32fast::hash(&h[..CRC_OFFSET]);
+    let version = le_u32(&h[8..12]);
+    // A newer writer may have changed the header layout (and so its checksum):
+    // report the version first when it is not ours, so the message names it.
+    if version != FIXED_INDEX_FORMAT_VERSION {
+        return Err(IndexError::UnsupportedVersion {
+            path: path.to_path_buf(),
+            found: version,
+            supported: FIXED_INDEX_FORMAT_VERSION,
+        });
+    }
+    if stored != computed {
+        return Err(IndexError::ChecksumMismatch {
+            path: path.to_path_buf(),
+            offset: 0,
+            expected: stored,
+            got: computed,
+        });
+    }
+    let found_tag: [u8; 4] = h[12..16].try_into().expect("4-byte slice");
+    let found_width = le_u32(&h[16..20]);
+    if found_tag != tag || found_width != width {
+        return Err(IndexError::ShapeMismatch {
+            path: path.to_path_buf(),
+            expected_tag: tag,
+            found_tag,
+            expected_width: width,
+            found_width,
+        });
+    }
+    if h[20..28].iter().any(|&b| b != 0) {
+        return Err(IndexError::corrupt(
+            path,
+            20,
+            "reserved header bytes are not zero",
+        ));
+    }
+    Ok(())
+}
+
+impl FixedIndex {
+    /// Creates an empty index at `path`, atomically replacing any file there
+    /// (so a caller rebuilds a damaged index by creating it again).
+    pub fn create(path: &Path, tag: [u8; 4], width: u32) -> Result<FixedIndex, IndexError> {
+        check_width(width)?;
+        fsutil::write_atomic(path, &[&encode_header(tag, width)])?;
+        let file = open_rw(path)?;
+        Ok(FixedIndex {
+            path: path.to_path_buf(),
+            file,
+            tag,
+            width,
+            map: None,
+            durable: 0,
+            tail: Vec::new(),
+            cut_bytes: 0,
+            poisoned: false,
+        })
+    }
+
+    /// Opens an existing index. Refuses (with an error, never a panic) a foreign,
+    /// newer or damaged file and a tag or width other than the caller's: the
+    /// caller rebuilds. Cuts a torn tail back to whole entries (fdatasync'd).
+    pub fn open(path: &Path, tag: [u8; 4], width: u32) -> Result<FixedIndex, IndexError> {
+        check_width(width)?;
+        let file = open_rw(path)?;
+        let file_len = file
+            .metadata()
+            .map_err(|e| IndexError::io(path, "fstat", e))?
+            .len();
+        let mut header = vec![0u8; file_len.min(FIXED_HEADER_BYTES) as usize];
+        file.read_exact_at(&mut header, 0)
+            .map_err(|e| IndexError::io(path, "read header", e))?;
+        check_header(path, &header, tag, width)?;
+        let body = file_len - FIXED_HEADER_BYTES;
+        let durable = body / u64::from(width);
+        let whole = FIXED_HEADER_BYTES + durable * u64::from(width);
+        let cut_bytes = file_len - whole;
+        if cut_bytes != 0 {
+            file.set_len(whole)
+                .map_err(|e| IndexError::io(path, "ftruncate torn tail", e))?;
+            file.sync_data()
+                .map_err(|e| IndexError::io(path, "fdatasync", e))?;
+        }
+        let map = fsutil::map_prefix(&file, path, if durable == 0 { 0 } else { whole })?;
+        Ok(FixedIndex {
+            path: path.to_path_buf(),
+            file,
+            tag,
+            width,
+            map,
+            durable,
+            tail: Vec::new(),
+            cut_bytes,
+            poisoned: false,
+        })
+    }
+
+    /// Number of entries (durable and in memory).
+    pub fn len(&self) -> u64 {
+        self.durable + (self.tail.len() / self.width as usize) as u64
+    }
+
+    /// True when there are no entries.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Entry width in bytes.
+    pub fn width(&self) -> u32 {
+        self.width
+    }
+
+    /// The 4-byte tag the file was created with.
+    pub fn tag(&self) -> [u8; 4] {
+        self.tag
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Bytes of a torn tail that `open` cut off (0 when the file was whole).
+    pub fn cut_bytes(&self) -> u64 {
+        self.cut_bytes
+    }
+
+    /// Number of entries already synced to disk.
+    pub fn durable_len(&self) -> u64 {
+        self.durable
+    }
+
+    /// Entry `i`, exactly `width` bytes, or `None` when `i >= len()`.
+    pub fn get(&self, i: u64) -> Option<&[u8]> {
+        let w = self.width as usize;
+        if i < self.durable {
+            let map = self
+                .map
+                .as_ref()
+                .expect("durable entries exist only with a map");
+            let start = FIXED_HEADER_BYTES as usize + (i as usize) * w;
+            Some(&map[start..start + w])
+        } else {
+            let j = usize::try_from(i - self.durable).ok()?;
+            let start = j.checked_mul(w)?;
+            self.tail.get(start..start + w)
+        }
+    }
+
+    /// Appends one entry in memory; `sync` makes it durable.
+    ///
+    /// # Panics
+    /// When `entry.len() != width` (a caller bug, not a disk condition).
+    pub fn push(&mut self, entry: &[u8]) {
+        assert_eq!(
+            entry.len(),
+            self.width as usize,
+            "FixedIndex entry must be exactly `width` bytes"
+        );
+        self.tail.extend_from_slice(entry);
+    }
+
+    /// Keeps the first `len` entries. Shrinking into the durable part rewrites
+    /// the file length (after dropping the map) and fdatasyncs.
+    pub fn truncate(&mut self, len: u64) -> Result<(), IndexError> {
+        if len > self.len() {
+            return Err(IndexError::InvalidArgument {
+                reason: format!(
+                    "truncate to {len} entries, but the index has only {}",
+                    self.len()
+                ),
+            });
+        }
+        if self.poisoned {
+            return Err(IndexError::Poisoned {
+                path: self.path.clone(),
+            });
+        }
+        let w = u64::from(self.width);
+        if len >= self.durable {
+            self.tail.truncate(((len - self.durable) * w) as usize);
+            return Ok(());
+        }
+        self.tail.clear();
+        // Drop the map before the file shrinks under it.
+        self.map = None;
+        let whole = FIXED_HEADER_BYTES + len * w;
+        let result = self
+            .file
+            .set_len(whole)
+            .map_err(|e| IndexError::io(&self.path, "ftruncate", e))
+            .and_then(|()| {
+                self.file
+                    .sync_data()
+                    .map_err(|e| IndexError::io(&self.path, "fdatasync", e))
+            });
+        if let Err(e) = result {
+            self.poisoned = true;
+            return Err(e);
+        }
+        self.durable = len;
+        self.map = fsutil::map_prefix(&self.file, &self.path, if len == 0 { 0 } else { whole })?;
+        Ok(())
+    }
+
+    /// Writes the in-memory entries after the durable part, fdatasyncs, and maps
+    /// the file again. After a failure the index refuses further writes
+    /// ([`IndexError::Poisoned`]) until it is reopened.
+    pub fn sync(&mut self) -> Result<(), IndexError> {
+        if self.poisoned {
+            return Err(IndexError::Poisoned {
+                path: self.path.clone(),
+            });
+        }
+        if self.tail.is_empty() {
+            return Ok(());
+        }
+        let w = u64::from(self.width);
+        let at = FIXED_HEADER_BYTES + self.durable * w;
+        // The write lands at or beyond the mapped length, never inside it.
+        let result = self
+            .file
+            .write_all_at(&self.tail, at)
+            .map_err(|e| IndexError::io(&self.path, "pwrite", e))
+            .and_then(|()| {
+                self.file
+                    .sync_data()
+                    .map_err(|e| IndexError::io(&self.path, "fdatasync", e))
+            });
+        if let Err(e) = result {
+            self.poisoned = true;
+            return Err(e);
+        }
+        let durable = self.durable + self.tail.len() as u64 / w;
+        let map = match fsutil::map_prefix(&self.file, &self.path, FIXED_HEADER_BYTES + durable * w)
+        {
+            Ok(m) => m,
+            Err(e) => {
+                self.poisoned = true;
+                return Err(e);
+            }
+        };
+        self.map = map;
+        self.durable = durable;
+        self.tail.clear();
+        Ok(())
+    }
+
+    /// First index `i` in `[0, len)` for which `pred(entry)` is false, given that
+    /// the entries are partitioned by `pred` (all true, then all false).
+    pub fn partition_point(&self, mut pred: impl FnMut(&[u8]) -> bool) -> u64 {
+        let (mut lo, mut hi) = (0u64, self.len());
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            if pred(self.get(mid).expect("mid < len")) {
+                lo = mid + 1;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
+    }
+}
+
+fn open_rw(path: &Path) -> Result<File, IndexError> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(|e| IndexError::io(path, "open", e))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,292 @@
+use super::*;
+use crate::error::ErrorKind;
+
+const TAG: [u8; 4] = *b"TST1";
+
+fn entry(i: u64, width: u32) -> Vec<u8> {
+    let mut e = vec![0u8; width as usize];
+    let b = i.to_le_bytes();
+    for (k, byte) in e.iter_mut().enumerate() {
+        *byte = b[k % 8] ^ (k as u8).wrapping_mul(31);
+    }
+    e
+}
+
+fn fill(ix: &mut FixedIndex, from: u64, to: u64) {
+    for i in from..to {
+        ix.push(&entry(i, ix.width()));
+    }
+}
+
+fn check_all(ix: &FixedIndex, n: u64) {
+    assert_eq!(ix.len(), n);
+    for i in 0..n {
+        assert_eq!(ix.get(i), Some(&entry(i, ix.width())[..]), "entry {i}");
+    }
+    assert_eq!(ix.get(n), None);
+    assert_eq!(ix.get(u64::MAX), None);
+}
+
+#[test]
+fn round_trip_memory_durable_and_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a.idx");
+    let mut ix = FixedIndex::create(&path, TAG, 12).unwrap();
+    assert!(ix.is_empty());
+    fill(&mut ix, 0, 100);
+    check_all(&ix, 100);
+    ix.sync().unwrap();
+    assert_eq!(ix.durable_len(), 100);
+    fill(&mut ix, 100, 150);
+    check_all(&ix, 150);
+    ix.sync().unwrap();
+    fill(&mut ix, 150, 160); // never synced: lost on reopen
+    drop(ix);
+    let ix = FixedIndex::open(&path, TAG, 12).unwrap();
+    assert_eq!(ix.cut_bytes(), 0);
+    check_all(&ix, 150);
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().len(),
+        FIXED_HEADER_BYTES + 150 * 12
+    );
+}
+
+#[test]
+fn empty_file_reopens_and_sync_of_nothing_is_fine() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("e.idx");
+    let mut ix = FixedIndex::create(&path, TAG, 8).unwrap();
+    ix.sync().unwrap();
+    drop(ix);
+    let ix = FixedIndex::open(&path, TAG, 8).unwrap();
+    check_all(&ix, 0);
+    assert_eq!(ix.partition_point(|_| true), 0);
+}
+
+#[test]
+fn create_replaces_an_existing_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.idx");
+    std::fs::write(&path, b"garbage that is not an index").unwrap();
+    let mut ix = FixedIndex::create(&path, TAG, 4).unwrap();
+    fill(&mut ix, 0, 3);
+    ix.sync().unwrap();
+    drop(ix);
+    check_all(&FixedIndex::open(&path, TAG, 4).unwrap(), 3);
+}
+
+#[test]
+fn truncate_in_tail_and_in_durable_part() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t.idx");
+    let mut ix = FixedIndex::create(&path, TAG, 16).unwrap();
+    fill(&mut ix, 0, 50);
+    ix.sync().unwrap();
+    fill(&mut ix, 50, 80);
+    ix.truncate(60).unwrap();
+    check_all(&ix, 60);
+    ix.truncate(20).unwrap();
+    check_all(&ix, 20);
+    assert_eq!(ix.durable_len(), 20);
+    fill(&mut ix, 20, 30);
+    ix.sync().unwrap();
+    drop(ix);
+    let mut ix = FixedIndex::open(&path, TAG, 16).unwrap();
+    check_all(&ix, 30);
+    assert_eq!(
+        ix.truncate(31).unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
+    ix.truncate(0).unwrap();
+    check_all(&ix, 0);
+    drop(ix);
+    check_all(&FixedIndex::open(&path, TAG, 16).unwrap(), 0);
+}
+
+#[test]
+fn partition_point_over_both_parts() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.idx");
+    let mut ix = FixedIndex::create(&path, TAG, 8).unwrap();
+    for i in 0..40u64 {
+        ix.push(&(i * 10).to_le_bytes());
+    }
+    ix.sync().unwrap();
+    for i in 40..70u64 {
+        ix.push(&(i * 10).to_le_bytes());
+    }
+    let key = |e: &[u8]| u64::from_le_bytes(e.try_into().unwrap());
+    for probe in 0..=700u64 {
+        let want = probe.div_ceil(10).min(70);
+        assert_eq!(
+            ix.partition_point(|e| key(e) < probe),
+            want,
+            "probe {probe}"
+        );
+    }
+}
+
+#[test]
+fn torn_tail_is_cut_at_every_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("full.idx");
+    let width = 7u32;
+    let n = 6u64;
+    let mut ix = FixedIndex::create(&path, TAG, width).unwrap();
+    fill(&mut ix, 0, n);
+    ix.sync().unwrap();
+    drop(ix);
+    let full = std::fs::read(&path).unwrap();
+    for cut in 0..=full.len() {
+        let p = dir.path().join(format!("cut{cut}.idx"));
+        std::fs::write(&p, &full[..cut]).unwrap();
+        let r = FixedIndex::open(&p, TAG, width);
+        if (cut as u64) < FIXED_HEADER_BYTES {
+            let e = r.unwrap_err();
+            let k = e.kind();
+            assert!(
+                k == ErrorKind::UnsupportedFormat || k == ErrorKind::Corrupt,
+                "cut {cut}: {e}"
+            );
+            continue;
+        }
+        let ix = r.unwrap_or_else(|e| panic!("cut {cut}: {e}"));
+        let whole = (cut as u64 - FIXED_HEADER_BYTES) / u64::from(width);
+        assert_eq!(
+            ix.cut_bytes(),
+            (cut as u64 - FIXED_HEADER_BYTES) % u64::from(width)
+        );
+        check_all(&ix, whole);
+        drop(ix);
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().len(),
+            FIXED_HEADER_BYTES + whole * u64::from(width)
+        );
+        // After the cut, appending continues cleanly.
+        let mut ix = FixedIndex::open(&p, TAG, width).unwrap();
+        assert_eq!(ix.cut_bytes(), 0);
+        fill(&mut ix, whole, n);
+        ix.sync().unwrap();
+        drop(ix);
+        assert_eq!(
+            std::fs::read(&p).unwrap(),
+            full,
+            "cut {cut}: rewritten file differs"
+        );
+    }
+}
+
+fn write_with_header(dir: &Path, name: &str, edit: impl FnOnce(&mut Vec<u8>)) -> PathBuf {
+    let path = dir.join(name);
+    let mut ix = FixedIndex::create(&path, TAG, 8).unwrap();
+    fill(&mut ix, 0, 4);
+    ix.sync().unwrap();
+    drop(ix);
+    let mut bytes = std::fs::read(&path).unwrap();
+    edit(&mut bytes);
+    std::fs::write(&path, &bytes).unwrap();
+    path
+}
+
+fn reseal(bytes: &mut [u8]) {
+    let crc = crc32fast::hash(&bytes[..CRC_OFFSET]);
+    bytes[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
+}
+
+#[test]
+fn foreign_magic_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_with_header(dir.path(), "f.idx", |b| {
+        b[0..8].copy_from_slice(b"SQLite f")
+    });
+    let e = FixedIndex::open(&path, TAG, 8).unwrap_err();
+    assert!(matches!(e, IndexError::ForeignFile { .. }), "{e}");
+    assert_eq!(e.kind(), ErrorKind::UnsupportedFormat);
+    assert!(e.to_string().contains("not a Logbook index"), "{e}");
+}
+
+#[test]
+fn newer_version_is_refused_and_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_with_header(dir.path(), "v.idx", |b| {
+        b[8..12].copy_from_slice(&2u32.to_le_bytes());
+        reseal(b);
+    });
+    let e = FixedIndex::open(&path, TAG, 8).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            IndexError::UnsupportedVersion {
+                found: 2,
+                supported: 1,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert!(e.to_string().contains("version 2"), "{e}");
+    assert_eq!(e.kind(), ErrorKind::UnsupportedFormat);
+}
+
+#[test]
+fn wrong_tag_or_width_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write_with_header(dir.path(), "w.idx", |_| {});
+    let e = FixedIndex::open(&path, *b"OTHR", 8).unwrap_err();
+    assert!(matches!(e, IndexError::ShapeMismatch { .. }), "{e}");
+    let e = FixedIndex::open(&path, TAG, 16).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            IndexError::ShapeMismatch {
+                found_width: 8,
+                expected_width: 16,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    assert_eq!(e.kind(), ErrorKind::UnsupportedFormat);
+    assert_eq!(
+        FixedIndex::open(&path, TAG, 0).unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
+    assert_eq!(
+        FixedIndex::create(&path, TAG, FIXED_WIDTH_MAX + 1)
+            .unwrap_err()
+            .kind(),
+        ErrorKind::InvalidArgument
+    );
+}
+
+#[test]
+fn every_header_bit_flip_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let clean = write_with_header(dir.path(), "clean.idx", |_| {});
+    let bytes = std::fs::read(&clean).unwrap();
+    for bit in 0..(FIXED_HEADER_BYTES as usize * 8) {
+        let mut b = bytes.clone();
+        b[bit / 8] ^= 1 << (bit % 8);
+        let p = dir.path().join("flip.idx");
+        std::fs::write(&p, &b).unwrap();
+        assert!(
+            FixedIndex::open(&p, TAG, 8).is_err(),
+            "bit {bit} flip accepted"
+        );
+    }
+}
+
+#[test]
+fn missing_file_is_not_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = FixedIndex::open(&dir.path().join("nope"), TAG, 8).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound);
+}
+
+#[test]
+#[should_panic(expected = "exactly `width` bytes")]
+fn push_of_wrong_width_panics() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut ix = FixedIndex::create(&dir.path().join("x.idx"), TAG, 8).unwrap();
+    ix.push(&[1, 2, 3]);
+}

@@ -1,0 +1,332 @@
+//! The file I/O the log does, behind a trait so tests can inject faults (short writes, failed
+//! fdatasync, ENOSPC, EIO). Not part of the stable API.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+/// One open file.
+#[allow(clippy::len_without_is_empty)] // a file length, not a collection
+pub trait IoFile: Send + Sync + fmt::Debug {
+    /// `pread`: may return fewer bytes than asked for.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+    /// `pwrite`: may write fewer bytes than given.
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize>;
+    /// `fdatasync`.
+    fn sync_data(&self) -> io::Result<()>;
+    /// Current length.
+    fn len(&self) -> io::Result<u64>;
+    /// `ftruncate`.
+    fn set_len(&self, len: u64) -> io::Result<()>;
+    /// A read-only map of the whole file (sealed segments only, which are never modified).
+    fn map(&self) -> io::Result<memmap2::Mmap>;
+}
+
+/// Directory-level operations.
+pub trait FileSystem: Send + Sync + fmt::Debug {
+    /// Creates a new file for reading and writing; fails if it exists.
+    fn create_new(&self, path: &Path) -> io::Result<Arc<dyn IoFile>>;
+    /// Opens an existing file for reading and writing.
+    fn open_rw(&self, path: &Path) -> io::Result<Arc<dyn IoFile>>;
+    /// Opens an existing file read only.
+    fn open_ro(&self, path: &Path) -> io::Result<Arc<dyn IoFile>>;
+    /// `rename(2)`.
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// `unlink(2)`.
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
+    /// `fsync` of a directory.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// Names in a directory (names that are not UTF-8 are skipped: the log never writes them).
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>>;
+    /// `mkdir -p`.
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+}
+
+/// Writes all of `buf` at `offset`, continuing after short writes.
+pub(crate) fn write_all_at(f: &dyn IoFile, mut buf: &[u8], mut offset: u64) -> io::Result<()> {
+    while !buf.is_empty() {
+        match f.write_at(buf, offset) {
+            Ok(0) => return Err(io::Error::new(io::ErrorKind::WriteZero, "write returned 0")),
+            Ok(n) => {
+                buf = &buf[n..];
+                offset += n as u64;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Fills `buf` from `offset`; an early end of file is `UnexpectedEof`.
+pub(crate) fn read_exact_at(f: &dyn IoFile, mut buf: &mut [u8], mut offset: u64) -> io::Result<()> {
+    while !buf.is_empty() {
+        match f.read_at(buf, offset) {
+            Ok(0) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "file ends early",
+                ))
+            }
+            Ok(n) => {
+                buf = &mut buf[n..];
+                offset += n as u64;
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// The real file system.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RealFs;
+
+#[derive(Debug)]
+struct RealFile(File);
+
+impl IoFile for RealFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.0.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        self.0.write_at(buf, offset)
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.0.metadata()?.len())
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.0.set_len(len)
+    }
+    fn map(&self) -> io::Result<memmap2::Mmap> {
+        // SAFETY: the log maps only sealed segments, which nothing modifies or truncates while
+        // they exist (the rule in docs/format.md); the map is read only.
+        unsafe { memmap2::Mmap::map(&self.0) }
+    }
+}
+
+impl FileSystem for RealFs {
+    fn create_new(&self, path: &Path) -> io::Result<Arc<dyn IoFile>> {
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)?;
+        Ok(Arc::new(RealFile(f)))
+    }
+    fn open_rw(&self, path: &Path) -> io::Result<Arc<dyn IoFile>> {
+        let f = OpenOptions::new().read(true).write(true).open(path)?;
+        Ok(Arc::new(RealFile(f)))
+    }
+    fn open_ro(&self, path: &Path) -> io::Result<Arc<dyn IoFile>> {
+        Ok(Arc::new(RealFile(File::open(path)?)))
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        std::fs::rename(from, to)
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        std::fs::remove_file(path)
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        File::open(dir)?.sync_all()
+    }
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for e in std::fs::read_dir(dir)? {
+            if let Ok(name) = e?.file_name().into_string() {
+                names.push(name);
+            }
+        }
+        Ok(names)
+    }
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(dir)
+    }
+}
+
+/// The operations a fault can be injected into.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Op {
+    /// `pwrite`
+    Write,
+    /// `fdatasync`
+    Sync,
+    /// `pread`
+    Read,
+    /// `rename`
+    Rename,
+    /// `fsync` of a directory
+    SyncDir,
+    /// `unlink`
+    Remove,
+    /// creating a file
+    Create,
+}
+
+/// What an injected fault does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Injected {
+    /// Writes only the first half of the bytes, then fails with ENOSPC (a torn write).
+    ShortWrite,
+    /// Fails with ENOSPC, writing nothing.
+    NoSpace,
+    /// Fails with EIO.
+    Eio,
+}
+
+#[derive(Debug, Default)]
+struct FaultState {
+    armed: HashMap<Op, (u64, Injected)>,
+    counts: HashMap<Op, u64>,
+}
+
+/// Controls the faults of a [`FaultyFs`] (clones share state).
+#[derive(Debug, Clone, Default)]
+pub struct Faults(Arc<Mutex<FaultState>>);
+
+impl Faults {
+    /// Makes the `(skip + 1)`-th call of `op` from now fail once with `what`.
+    pub fn arm(&self, op: Op, skip: u64, what: Injected) {
+        self.lock().armed.insert(op, (skip, what));
+    }
+    /// Removes every armed fault.
+    pub fn clear(&self) {
+        self.lock().armed.clear();
+    }
+    /// How many calls of `op` were made so far.
+    pub fn count(&self, op: Op) -> u64 {
+        self.lock().counts.get(&op).copied().unwrap_or(0)
+    }
+    fn lock(&self) -> std::sync::MutexGuard<'_, FaultState> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+    fn hit(&self, op: Op) -> Option<Injected> {
+        let mut s = self.lock();
+        *s.counts.entry(op).or_insert(0) += 1;
+        let (skip, what) = s.armed.get(&op).copied()?;
+        if skip == 0 {
+            s.armed.remove(&op);
+            Some(what)
+        } else {
+            s.armed.insert(op, (skip - 1, what));
+            None
+        }
+    }
+}
+
+fn injected_error(what: Injected) -> io::Error {
+    match what {
+        Injected::ShortWrite | Injected::NoSpace => io::Error::from_raw_os_error(28), // ENOSPC
+        Injected::Eio => io::Error::from_raw_os_error(5),                             // EIO
+    }
+}
+
+/// The real file system with faults injected where [`Faults`] says.
+#[derive(Debug, Clone, Default)]
+pub struct FaultyFs {
+    faults: Faults,
+}
+
+impl FaultyFs {
+    /// A faulty file system and the handle that arms its faults.
+    pub fn new() -> (FaultyFs, Faults) {
+        let faults = Faults::default();
+        (
+            FaultyFs {
+                faults: faults.clone(),
+            },
+            faults,
+        )
+    }
+    fn check(&self, op: Op) -> io::Result<()> {
+        match self.faults.hit(op) {
+            Some(what) => Err(injected_error(what)),
+            None => Ok(()),
+        }
+    }
+    fn wrap(&self, f: Arc<dyn IoFile>) -> Arc<dyn IoFile> {
+        Arc::new(FaultyFile {
+            inner: f,
+            faults: self.faults.clone(),
+        })
+    }
+}
+
+#[derive(Debug)]
+struct FaultyFile {
+    inner: Arc<dyn IoFile>,
+    faults: Faults,
+}
+
+impl IoFile for FaultyFile {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        if let Some(what) = self.faults.hit(Op::Read) {
+            return Err(injected_error(what));
+        }
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
+        match self.faults.hit(Op::Write) {
+            Some(Injected::ShortWrite) => {
+                write_all_at(&*self.inner, &buf[..buf.len() / 2], offset)?;
+                Err(injected_error(Injected::ShortWrite))
+            }
+            Some(what) => Err(injected_error(what)),
+            None => self.inner.write_at(buf, offset),
+        }
+    }
+    fn sync_data(&self) -> io::Result<()> {
+        if let Some(what) = self.faults.hit(Op::Sync) {
+            return Err(injected_error(what));
+        }
+        self.inner.sync_data()
+    }
+    fn len(&self) -> io::Result<u64> {
+        self.inner.len()
+    }
+    fn set_len(&self, len: u64) -> io::Result<()> {
+        self.inner.set_len(len)
+    }
+    fn map(&self) -> io::Result<memmap2::Mmap> {
+        self.inner.map()
+    }
+}
+
+impl FileSystem for FaultyFs {
+    fn create_new(&self, path: &Path) -> io::Result<Arc<dyn IoFile>> {
+        self.check(Op::Create)?;
+        Ok(self.wrap(RealFs.create_new(path)?))
+    }
+    fn open_rw(&self, path: &Path) -> io::Result<Arc<dyn IoFile>> {
+        Ok(self.wrap(RealFs.open_rw(path)?))
+    }
+    fn open_ro(&self, path: &Path) -> io::Result<Arc<dyn IoFile>> {
+        Ok(self.wrap(RealFs.open_ro(path)?))
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.check(Op::Rename)?;
+        RealFs.rename(from, to)
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        self.check(Op::Remove)?;
+        RealFs.remove_file(path)
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        self.check(Op::SyncDir)?;
+        RealFs.sync_dir(dir)
+    }
+    fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
+        RealFs.list_dir(dir)
+    }
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        RealFs.create_dir_all(dir)
+    }
+}

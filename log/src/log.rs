@@ -1,0 +1,1256 @@
+//! The `Log`: appends with group commit, roll and background sealing, reads, scans, verify.
+
+use crate::cache::{BlockCache, BLOCK_CACHE_BLOCKS};
+use crate::error::LogError;
+use crate::format::{
+    active_name, check_header, cut_name, decode_frame_header, encode_frame, encode_header,
+    parse_name, sealed_name, FileRole, ACTIVE_FORMAT, BATCH_BYTES_MAX, FRAME_HEADER_BYTES,
+    HEADER_BYTES, RECORD_PAYLOAD_BYTES_MAX,
+};
+use crate::io::{read_exact_at, write_all_at, FileSystem, IoFile, RealFs};
+use crate::sealed::{self, SealedSegment};
+use crate::walk::{judge_tail, walk, Tail};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
+use std::thread::JoinHandle;
+
+/// Default size at which a segment rolls (configurable per log).
+pub const SEGMENT_BYTES_MAX: u64 = 64 << 20;
+/// Smallest accepted `segment_bytes_max`: a header and one small frame.
+pub const SEGMENT_BYTES_MIN: u64 = 64;
+/// In `NoSyncBulkImport` mode, appends are buffered in memory up to this many bytes.
+pub const WRITE_BUFFER_BYTES: usize = 1 << 20;
+/// Above this, the writer's buffer is released after a flush instead of kept for reuse.
+const WRITE_BUFFER_KEEP_BYTES: usize = 4 << 20;
+
+/// How appends reach the disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Durability {
+    /// `append` returns after fdatasync; concurrent appenders share one sync.
+    Sync,
+    /// `append` returns once the bytes are buffered: nothing is durable until [`Log::sync`],
+    /// a segment roll or the log is dropped. For bulk imports that can be redone.
+    NoSyncBulkImport,
+}
+
+/// How a log is run. Nothing of it is stored on disk.
+#[derive(Clone, Debug)]
+pub struct LogConfig {
+    /// A segment rolls when the next batch would make it larger than this.
+    pub segment_bytes_max: u64,
+    /// When appends are acknowledged.
+    pub durability: Durability,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            segment_bytes_max: SEGMENT_BYTES_MAX,
+            durability: Durability::Sync,
+        }
+    }
+}
+
+/// Where a record starts: its segment and the offset of its frame in the segment's logical
+/// (uncompressed) byte stream. Stable forever, also after the segment is sealed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Location {
+    /// Segment number.
+    pub segment: u64,
+    /// Offset of the frame in the segment's logical stream.
+    pub offset: u64,
+}
+
+/// A record to append.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Record<'a> {
+    /// Opaque kind byte.
+    pub kind: u8,
+    /// Opaque payload.
+    pub payload: &'a [u8],
+}
+
+/// A record read back.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnedRecord {
+    /// Opaque kind byte.
+    pub kind: u8,
+    /// Opaque payload.
+    pub payload: Vec<u8>,
+}
+
+/// What `open` found and did.
+#[non_exhaustive]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Recovery {
+    /// Bytes cut from a torn tail (0 when the log was closed cleanly).
+    pub cut_bytes: u64,
+    /// Where the cut bytes were copied before the cut.
+    pub cut_copy: Option<PathBuf>,
+    /// Records found in the unsealed segments (the part that was scanned).
+    pub tail_records: u64,
+    /// Sealed segments (only their headers, footers and block tables were read).
+    pub sealed_segments: u64,
+    /// Unsealed segments (scanned in full).
+    pub unsealed_segments: u64,
+}
+
+/// What `verify` checked.
+#[non_exhaustive]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VerifyReport {
+    /// Segments checked.
+    pub segments: u64,
+    /// Records whose checksums matched.
+    pub records: u64,
+    /// Complete batches.
+    pub batches: u64,
+    /// Logical bytes covered.
+    pub bytes: u64,
+    /// Compressed blocks checked.
+    pub blocks: u64,
+}
+
+#[derive(Debug)]
+struct ActiveSeg {
+    file: Arc<dyn IoFile>,
+    path: PathBuf,
+}
+
+#[derive(Clone, Debug)]
+enum Seg {
+    Active(Arc<ActiveSeg>),
+    Sealed(Arc<SealedSegment>),
+}
+
+impl Seg {
+    fn active(file: &Arc<dyn IoFile>, path: &Path) -> Seg {
+        Seg::Active(Arc::new(ActiveSeg {
+            file: Arc::clone(file),
+            path: path.to_path_buf(),
+        }))
+    }
+}
+
+#[derive(Clone, Debug)]
+struct SegEntry {
+    seg: Seg,
+    /// Logical length of a finished segment; `None` for the segment taking appends.
+    len: Option<u64>,
+}
+
+#[derive(Debug)]
+struct Writer {
+    segment: u64,
+    file: Arc<dyn IoFile>,
+    path: PathBuf,
+    /// Logical length including `buf`.
+    written: u64,
+    /// Bytes that reached the file.
+    flushed: u64,
+    /// Bytes `[flushed, written)`.
+    buf: Vec<u8>,
+    /// Bytes covered by a completed fdatasync.
+    synced: u64,
+    /// Number of batches written so far (group commit compares against it).
+    seq: u64,
+    poisoned: Option<String>,
+    seal_tx: Option<Sender<u64>>,
+}
+
+#[derive(Debug, Default)]
+struct Commit {
+    synced_seq: u64,
+    leader: bool,
+    failed: Option<String>,
+}
+
+#[derive(Debug, Default)]
+struct SealState {
+    pending: u64,
+    error: Option<String>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    dir: PathBuf,
+    fs: Arc<dyn FileSystem>,
+    config: LogConfig,
+    first_segment: u64,
+    // Lock order: writer, then segments / commit / seal; `published` and `cache` are leaves.
+    segments: RwLock<BTreeMap<u64, SegEntry>>,
+    published: Mutex<Location>,
+    writer: Mutex<Writer>,
+    commit: Mutex<Commit>,
+    commit_cv: Condvar,
+    cache: Mutex<BlockCache>,
+    seal: Mutex<SealState>,
+    seal_cv: Condvar,
+}
+
+/// The segmented append-only log. `Send + Sync`: share it with `Arc`.
+pub struct Log {
+    shared: Arc<Shared>,
+    sealer: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl fmt::Debug for Log {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Log")
+            .field("dir", &self.shared.dir)
+            .field("end", &self.end())
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding a lock leaves plain data behind; the log's own checks still hold.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn check_config(config: &LogConfig) -> Result<(), LogError> {
+    if config.segment_bytes_max < SEGMENT_BYTES_MIN {
+        return Err(LogError::invalid(format!(
+            "segment_bytes_max {} is below the minimum {SEGMENT_BYTES_MIN}",
+            config.segment_bytes_max
+        )));
+    }
+    Ok(())
+}
+
+/// Creates segment `n` with its header, synced, and its name synced into the directory.
+fn create_segment(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    n: u64,
+) -> Result<(Arc<dyn IoFile>, PathBuf), LogError> {
+    let path = dir.join(active_name(n));
+    let f = fs
+        .create_new(&path)
+        .map_err(|e| LogError::io(&path, "create", e))?;
+    write_all_at(&*f, &encode_header(ACTIVE_FORMAT, n), 0)
+        .map_err(|e| LogError::io(&path, "write", e))?;
+    f.sync_data()
+        .map_err(|e| LogError::io(&path, "fdatasync", e))?;
+    fs.sync_dir(dir)
+        .map_err(|e| LogError::io(dir, "fsync directory", e))?;
+    Ok((f, path))
+}
+
+fn read_all(f: &dyn IoFile, path: &Path, len: u64) -> Result<Vec<u8>, LogError> {
+    let n = usize::try_from(len)
+        .map_err(|_| LogError::corrupt(path, 0, "segment larger than the address space"))?;
+    let mut data = vec![0u8; n];
+    read_exact_at(f, &mut data, 0).map_err(|e| LogError::io(path, "read", e))?;
+    Ok(data)
+}
+
+impl Log {
+    /// Creates a new log in `dir`, which must be absent or empty.
+    pub fn create(dir: &Path, config: LogConfig) -> Result<Log, LogError> {
+        Log::create_with_fs(dir, config, Arc::new(RealFs))
+    }
+
+    /// Opens an existing log: reads headers, footers and block tables of sealed segments,
+    /// scans the unsealed ones, and cuts a torn tail (keeping a copy beside it).
+    pub fn open(dir: &Path, config: LogConfig) -> Result<(Log, Recovery), LogError> {
+        Log::open_with_fs(dir, config, Arc::new(RealFs))
+    }
+
+    /// [`Log::create`] over a chosen file system (fault injection in tests).
+    #[doc(hidden)]
+    pub fn create_with_fs(
+        dir: &Path,
+        config: LogConfig,
+        fs: Arc<dyn FileSystem>,
+    ) -> Result<Log, LogError> {
+        check_config(&config)?;
+        fs.create_dir_all(dir)
+            .map_err(|e| LogError::io(dir, "create directory", e))?;
+        let names = fs
+            .list_dir(dir)
+            .map_err(|e| LogError::io(dir, "list directory", e))?;
+        if !names.is_empty() {
+            return Err(LogError::NotEmpty {
+                path: dir.to_path_buf(),
+            });
+        }
+        let (file, path) = create_segment(&*fs, dir, 0)?;
+        if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+            fs.sync_dir(parent)
+                .map_err(|e| LogError::io(parent, "fsync directory", e))?;
+        }
+        let mut segments = BTreeMap::new();
+        segments.insert(
+            0,
+            SegEntry {
+                seg: Seg::active(&file, &path),
+                len: None,
+            },
+        );
+        Ok(Log::start_up(
+            dir,
+            config,
+            fs,
+            segments,
+            0,
+            file,
+            path,
+            HEADER_BYTES,
+            Vec::new(),
+        ))
+    }
+
+    /// [`Log::open`] over a chosen file system (fault injection in tests).
+    #[doc(hidden)]
+    pub fn open_with_fs(
+        dir: &Path,
+        config: LogConfig,
+        fs: Arc<dyn FileSystem>,
+    ) -> Result<(Log, Recovery), LogError> {
+        check_config(&config)?;
+        let names = match fs.list_dir(dir) {
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(LogError::NoLog {
+                    path: dir.to_path_buf(),
+                })
+            }
+            Err(e) => return Err(LogError::io(dir, "list directory", e)),
+        };
+        let mut found: BTreeMap<u64, (bool, bool)> = BTreeMap::new();
+        let mut dir_dirty = false;
+        for name in &names {
+            match parse_name(name) {
+                Some(FileRole::Active(n)) => found.entry(n).or_default().0 = true,
+                Some(FileRole::Sealed(n)) => found.entry(n).or_default().1 = true,
+                Some(FileRole::SealedTmp(_)) => {
+                    // Never authoritative: the active file it came from is still there.
+                    let p = dir.join(name);
+                    fs.remove_file(&p)
+                        .map_err(|e| LogError::io(&p, "remove", e))?;
+                    dir_dirty = true;
+                }
+                None => {}
+            }
+        }
+        let (Some(first), Some(last)) = (
+            found.keys().next().copied(),
+            found.keys().next_back().copied(),
+        ) else {
+            return Err(LogError::NoLog {
+                path: dir.to_path_buf(),
+            });
+        };
+        if last - first + 1 != found.len() as u64 {
+            let missing = (first..last)
+                .find(|n| !found.contains_key(n))
+                .expect("a gap exists when the count is short");
+            return Err(LogError::corrupt(
+                dir.join(active_name(missing)),
+                0,
+                format!("segment {missing} is missing between {first} and {last}"),
+            ));
+        }
+        let mut rec = Recovery::default();
+        let mut segments = BTreeMap::new();
+        let mut to_seal = Vec::new();
+        let mut newest: Option<(Arc<dyn IoFile>, PathBuf, u64)> = None;
+        for (&n, &(has_active, has_sealed)) in &found {
+            let active_path = dir.join(active_name(n));
+            if has_sealed {
+                let p = dir.join(sealed_name(n));
+                let s = SealedSegment::open(&*fs, &p, n)?;
+                if has_active {
+                    // A crash between steps 2 and 3 of sealing: the sealed file is complete.
+                    fs.remove_file(&active_path)
+                        .map_err(|e| LogError::io(&active_path, "remove", e))?;
+                    dir_dirty = true;
+                }
+                rec.sealed_segments += 1;
+                let len = s.logical_len();
+                segments.insert(
+                    n,
+                    SegEntry {
+                        seg: Seg::Sealed(Arc::new(s)),
+                        len: Some(len),
+                    },
+                );
+                continue;
+            }
+            rec.unsealed_segments += 1;
+            let f = fs
+                .open_rw(&active_path)
+                .map_err(|e| LogError::io(&active_path, "open", e))?;
+            let len = if n == last {
+                recover_newest(&*fs, dir, n, &*f, &active_path, &mut rec)?
+            } else {
+                let len = f.len().map_err(|e| LogError::io(&active_path, "stat", e))?;
+                let data = read_all(&*f, &active_path, len)?;
+                check_header(&active_path, &data, ACTIVE_FORMAT, n)?;
+                let w = walk(n, &data);
+                if let Some((at, reason)) = w.damage {
+                    return Err(LogError::corrupt(&active_path, at, reason));
+                }
+                rec.tail_records += w.records;
+                to_seal.push(n);
+                len
+            };
+            if n == last {
+                newest = Some((Arc::clone(&f), active_path.clone(), len));
+            }
+            segments.insert(
+                n,
+                SegEntry {
+                    seg: Seg::active(&f, &active_path),
+                    len: (n != last).then_some(len),
+                },
+            );
+        }
+        let (file, path, len, head) = match newest {
+            Some((f, p, len)) => (f, p, len, last),
+            None => {
+                // The newest segment is sealed: start a fresh one after it.
+                let n = last.checked_add(1).ok_or_else(|| {
+                    LogError::corrupt(dir.join(sealed_name(last)), 0, "segment numbers exhausted")
+                })?;
+                let (f, p) = create_segment(&*fs, dir, n)?;
+                segments.insert(
+                    n,
+                    SegEntry {
+                        seg: Seg::active(&f, &p),
+                        len: None,
+                    },
+                );
+                (f, p, HEADER_BYTES, n)
+            }
+        };
+        if dir_dirty {
+            fs.sync_dir(dir)
+                .map_err(|e| LogError::io(dir, "fsync directory", e))?;
+        }
+        // Bytes that survived a killed process may still sit in the page cache only; sync them
+        // before any frame's durable mark claims them.
+        file.sync_data()
+            .map_err(|e| LogError::io(&path, "fdatasync", e))?;
+        debug_assert_eq!(
+            segments.keys().next_back(),
+            Some(&head),
+            "the newest segment takes appends"
+        );
+        Ok((
+            Log::start_up(dir, config, fs, segments, first, file, path, len, to_seal),
+            rec,
+        ))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn start_up(
+        dir: &Path,
+        config: LogConfig,
+        fs: Arc<dyn FileSystem>,
+        segments: BTreeMap<u64, SegEntry>,
+        first_segment: u64,
+        file: Arc<dyn IoFile>,
+        path: PathBuf,
+        len: u64,
+        to_seal: Vec<u64>,
+    ) -> Log {
+        let head = segments
+            .keys()
+            .next_back()
+            .copied()
+            .unwrap_or(first_segment);
+        let (tx, rx) = channel();
+        let shared = Arc::new(Shared {
+            dir: dir.to_path_buf(),
+            fs,
+            config,
+            first_segment,
+            segments: RwLock::new(segments),
+            published: Mutex::new(Location {
+                segment: head,
+                offset: len,
+            }),
+            writer: Mutex::new(Writer {
+                segment: head,
+                file,
+                path,
+                written: len,
+                flushed: len,
+                buf: Vec::new(),
+                synced: len,
+                seq: 0,
+                poisoned: None,
+                seal_tx: None,
+            }),
+            commit: Mutex::new(Commit::default()),
+            commit_cv: Condvar::new(),
+            cache: Mutex::new(BlockCache::new(BLOCK_CACHE_BLOCKS)),
+            seal: Mutex::new(SealState::default()),
+            seal_cv: Condvar::new(),
+        });
+        let worker = Arc::clone(&shared);
+        let thread = std::thread::Builder::new()
+            .name("logbook-log-sealer".into())
+            .spawn(move || sealer_loop(&worker, rx))
+            .ok();
+        if thread.is_some() {
+            for n in to_seal {
+                shared.queue_seal(&tx, n);
+            }
+            lock(&shared.writer).seal_tx = Some(tx);
+        }
+        Log {
+            shared,
+            sealer: Mutex::new(thread),
+        }
+    }
+
+    /// Appends one atomic batch (at least one record) and returns each record's Location.
+    /// With [`Durability::Sync`] it returns after fdatasync; concurrent callers share one sync.
+    /// After a failed write or sync every further append fails until the log is reopened.
+    pub fn append(&self, batch: &[Record<'_>]) -> Result<Vec<Location>, LogError> {
+        self.shared.append(batch)
+    }
+
+    /// Makes everything appended so far durable (useful after a `NoSyncBulkImport`).
+    pub fn sync(&self) -> Result<(), LogError> {
+        self.shared.sync()
+    }
+
+    /// Reads the record that starts at `at`.
+    pub fn read(&self, at: Location) -> Result<OwnedRecord, LogError> {
+        let end = self.end();
+        if at >= end {
+            return Err(LogError::invalid(format!(
+                "no record at {at:?}: the log ends at {end:?}"
+            )));
+        }
+        let (seg, bound) = self.shared.segment_for(at.segment, end)?;
+        self.shared
+            .read_record(&seg, at.segment, at.offset, bound)
+            .map(|(r, _, _)| r)
+    }
+
+    /// Iterates the records from `from` (a record start, or `end()`) to the end as it is now.
+    /// Items: (location, record, is_last_of_its_batch). The iterator stops after an error.
+    pub fn scan(&self, from: Location) -> Scan<'_> {
+        let end = self.end();
+        let error = if from > end {
+            Some(LogError::invalid(format!(
+                "scan from {from:?} starts past the end {end:?}"
+            )))
+        } else if from.segment < self.shared.first_segment {
+            Some(LogError::invalid(format!(
+                "scan from {from:?} starts before the first segment {}",
+                self.shared.first_segment
+            )))
+        } else {
+            None
+        };
+        Scan {
+            log: self,
+            pos: from,
+            end,
+            cur: None,
+            error,
+            done: false,
+        }
+    }
+
+    /// Location of the first record ever written (or where it will go).
+    pub fn start(&self) -> Location {
+        Location {
+            segment: self.shared.first_segment,
+            offset: HEADER_BYTES,
+        }
+    }
+
+    /// The published end: where the next record will go.
+    pub fn end(&self) -> Location {
+        *lock(&self.shared.published)
+    }
+
+    /// Walks every checksum of every segment.
+    pub fn verify(&self) -> Result<VerifyReport, LogError> {
+        self.shared.verify(self.end())
+    }
+
+    /// The log's directory.
+    pub fn dir(&self) -> &Path {
+        &self.shared.dir
+    }
+
+    /// Paths of sealed (immutable) segment files, oldest first.
+    pub fn sealed_segment_paths(&self) -> Vec<PathBuf> {
+        read_lock(&self.shared.segments)
+            .values()
+            .filter_map(|e| match &e.seg {
+                Seg::Sealed(s) => Some(s.path.clone()),
+                Seg::Active(_) => None,
+            })
+            .collect()
+    }
+
+    /// Waits until every rolled segment has been sealed (or failed to), and returns the last
+    /// sealing error, if any. Sealing runs on a background thread.
+    pub fn wait_for_sealing(&self) -> Option<String> {
+        let mut s = lock(&self.shared.seal);
+        while s.pending > 0 {
+            s = self
+                .shared
+                .seal_cv
+                .wait(s)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+        s.error.clone()
+    }
+}
+
+impl Drop for Log {
+    fn drop(&mut self) {
+        let tx = {
+            let mut w = lock(&self.shared.writer);
+            if self.shared.config.durability == Durability::NoSyncBulkImport && w.poisoned.is_none()
+            {
+                // Best effort: a caller who needs to know calls `sync()` first.
+                let _ = self.shared.flush(&mut w);
+                let _ = w.file.sync_data();
+            }
+            w.seal_tx.take()
+        };
+        drop(tx);
+        if let Some(t) = lock(&self.sealer).take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn read_lock<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn write_lock<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Recovers the newest segment: checks it, cuts a torn tail (copy first), returns its length.
+fn recover_newest(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    n: u64,
+    f: &dyn IoFile,
+    path: &Path,
+    rec: &mut Recovery,
+) -> Result<u64, LogError> {
+    let len = f.len().map_err(|e| LogError::io(path, "stat", e))?;
+    let data = read_all(f, path, len)?;
+    if len < HEADER_BYTES {
+        // A crash while the segment was being created: its header never became durable.
+        let header = encode_header(ACTIVE_FORMAT, n);
+        let torn_create = data.iter().all(|b| *b == 0) || header.starts_with(&data);
+        if !torn_create {
+            check_header(path, &data, ACTIVE_FORMAT, n)?;
+        }
+        cut_tail(fs, dir, n, f, path, &data, 0, rec)?;
+        write_all_at(f, &header, 0).map_err(|e| LogError::io(path, "write", e))?;
+        f.sync_data()
+            .map_err(|e| LogError::io(path, "fdatasync", e))?;
+        return Ok(HEADER_BYTES);
+    }
+    check_header(path, &data, ACTIVE_FORMAT, n)?;
+    let w = walk(n, &data);
+    rec.tail_records += w.records;
+    match judge_tail(n, &data, &w) {
+        Tail::Clean => Ok(len),
+        Tail::Torn { cut } => {
+            cut_tail(fs, dir, n, f, path, &data, cut, rec)?;
+            Ok(cut)
+        }
+        Tail::Corrupt { offset, reason } => Err(LogError::corrupt(path, offset, reason)),
+    }
+}
+
+/// Copies `data[cut..]` beside the segment (synced), then truncates the segment to `cut` and
+/// syncs it, so no append can land after bytes that a later recovery would cut again.
+#[allow(clippy::too_many_arguments)]
+fn cut_tail(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    n: u64,
+    f: &dyn IoFile,
+    path: &Path,
+    data: &[u8],
+    cut: u64,
+    rec: &mut Recovery,
+) -> Result<(), LogError> {
+    let tail = &data[cut as usize..];
+    if !tail.is_empty() {
+        let copy = dir.join(cut_name(n, cut));
+        match fs.remove_file(&copy) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(LogError::io(&copy, "remove", e)),
+        }
+        let c = fs
+            .create_new(&copy)
+            .map_err(|e| LogError::io(&copy, "create", e))?;
+        write_all_at(&*c, tail, 0).map_err(|e| LogError::io(&copy, "write", e))?;
+        c.sync_data()
+            .map_err(|e| LogError::io(&copy, "fdatasync", e))?;
+        fs.sync_dir(dir)
+            .map_err(|e| LogError::io(dir, "fsync directory", e))?;
+        rec.cut_copy = Some(copy);
+    }
+    f.set_len(cut)
+        .map_err(|e| LogError::io(path, "truncate", e))?;
+    f.sync_data()
+        .map_err(|e| LogError::io(path, "fdatasync", e))?;
+    rec.cut_bytes += tail.len() as u64;
+    Ok(())
+}
+
+fn sealer_loop(shared: &Shared, rx: Receiver<u64>) {
+    for n in rx {
+        let r = shared.seal_segment(n);
+        let mut s = lock(&shared.seal);
+        if let Err(e) = r {
+            s.error = Some(e.to_string());
+        }
+        s.pending -= 1;
+        shared.seal_cv.notify_all();
+    }
+}
+
+impl Shared {
+    fn queue_seal(&self, tx: &Sender<u64>, n: u64) {
+        lock(&self.seal).pending += 1;
+        if tx.send(n).is_err() {
+            // The sealer is gone; the segment stays unsealed and is sealed on the next open.
+            lock(&self.seal).pending -= 1;
+        }
+    }
+
+    fn poison(&self, w: &mut Writer, e: &LogError) {
+        if w.poisoned.is_none() {
+            w.poisoned = Some(e.to_string());
+        }
+    }
+
+    fn append(&self, batch: &[Record<'_>]) -> Result<Vec<Location>, LogError> {
+        if batch.is_empty() {
+            return Err(LogError::invalid("a batch needs at least one record"));
+        }
+        let mut batch_len = 0u64;
+        for r in batch {
+            if r.payload.len() as u64 > RECORD_PAYLOAD_BYTES_MAX {
+                return Err(LogError::invalid(format!(
+                    "record payload of {} bytes exceeds RECORD_PAYLOAD_BYTES_MAX ({RECORD_PAYLOAD_BYTES_MAX})",
+                    r.payload.len()
+                )));
+            }
+            batch_len += FRAME_HEADER_BYTES + r.payload.len() as u64;
+        }
+        if batch_len > BATCH_BYTES_MAX {
+            return Err(LogError::invalid(format!(
+                "batch of {batch_len} bytes exceeds BATCH_BYTES_MAX ({BATCH_BYTES_MAX})"
+            )));
+        }
+        let mut w = lock(&self.writer);
+        if let Some(cause) = &w.poisoned {
+            return Err(LogError::Poisoned {
+                cause: cause.clone(),
+            });
+        }
+        if w.written > HEADER_BYTES && w.written + batch_len > self.config.segment_bytes_max {
+            if let Err(e) = self.roll(&mut w) {
+                self.poison(&mut w, &e);
+                return Err(e);
+            }
+        }
+        let mark = match self.config.durability {
+            Durability::Sync => w.synced,
+            Durability::NoSyncBulkImport => w.written,
+        };
+        let segment = w.segment;
+        let mut locations = Vec::with_capacity(batch.len());
+        let mut off = w.written;
+        for (i, r) in batch.iter().enumerate() {
+            locations.push(Location {
+                segment,
+                offset: off,
+            });
+            encode_frame(
+                &mut w.buf,
+                segment,
+                off,
+                r.kind,
+                i + 1 == batch.len(),
+                mark,
+                r.payload,
+            );
+            off += FRAME_HEADER_BYTES + r.payload.len() as u64;
+        }
+        w.written = off;
+        let end = Location {
+            segment,
+            offset: off,
+        };
+        match self.config.durability {
+            Durability::NoSyncBulkImport => {
+                if w.buf.len() >= WRITE_BUFFER_BYTES {
+                    if let Err(e) = self.flush(&mut w) {
+                        self.poison(&mut w, &e);
+                        return Err(e);
+                    }
+                }
+                self.publish(end);
+                Ok(locations)
+            }
+            Durability::Sync => {
+                if let Err(e) = self.flush(&mut w) {
+                    self.poison(&mut w, &e);
+                    return Err(e);
+                }
+                w.seq += 1;
+                let mine = w.seq;
+                drop(w);
+                self.wait_durable(mine)?;
+                Ok(locations)
+            }
+        }
+    }
+
+    /// Group commit: the first waiter becomes the leader and syncs for everyone who wrote before
+    /// it took its snapshot; the others wait for a leader whose snapshot covers them.
+    fn wait_durable(&self, mine: u64) -> Result<(), LogError> {
+        let mut c = lock(&self.commit);
+        loop {
+            if c.synced_seq >= mine {
+                return Ok(());
+            }
+            if let Some(cause) = &c.failed {
+                return Err(LogError::Poisoned {
+                    cause: cause.clone(),
+                });
+            }
+            if c.leader {
+                c = self.commit_cv.wait(c).unwrap_or_else(|p| p.into_inner());
+                continue;
+            }
+            c.leader = true;
+            drop(c);
+            let (file, path, seq, segment, written) = {
+                let w = lock(&self.writer);
+                (
+                    Arc::clone(&w.file),
+                    w.path.clone(),
+                    w.seq,
+                    w.segment,
+                    w.flushed,
+                )
+            };
+            let r = file.sync_data();
+            {
+                let mut w = lock(&self.writer);
+                match &r {
+                    Ok(()) if w.segment == segment => w.synced = w.synced.max(written),
+                    Ok(()) => {}
+                    Err(e) => {
+                        let err = LogError::io(
+                            &path,
+                            "fdatasync",
+                            std::io::Error::new(e.kind(), e.to_string()),
+                        );
+                        self.poison(&mut w, &err);
+                    }
+                }
+            }
+            if r.is_ok() {
+                self.publish(Location {
+                    segment,
+                    offset: written,
+                });
+            }
+            c = lock(&self.commit);
+            c.leader = false;
+            match r {
+                Ok(()) => c.synced_seq = c.synced_seq.max(seq),
+                Err(e) => {
+                    let msg = format!("fdatasync of {} failed: {e}", path.display());
+                    c.failed.get_or_insert(msg);
+                }
+            }
+            self.commit_cv.notify_all();
+        }
+    }
+
+    fn publish(&self, loc: Location) {
+        let mut p = lock(&self.published);
+        if loc > *p {
+            *p = loc;
+        }
+    }
+
+    fn flush(&self, w: &mut Writer) -> Result<(), LogError> {
+        if w.buf.is_empty() {
+            return Ok(());
+        }
+        write_all_at(&*w.file, &w.buf, w.flushed).map_err(|e| LogError::io(&w.path, "write", e))?;
+        w.flushed += w.buf.len() as u64;
+        if w.buf.capacity() > WRITE_BUFFER_KEEP_BYTES {
+            w.buf = Vec::new();
+        } else {
+            w.buf.clear();
+        }
+        Ok(())
+    }
+
+    fn sync(&self) -> Result<(), LogError> {
+        let mut w = lock(&self.writer);
+        if let Some(cause) = &w.poisoned {
+            return Err(LogError::Poisoned {
+                cause: cause.clone(),
+            });
+        }
+        let r = self.flush(&mut w).and_then(|()| {
+            w.file
+                .sync_data()
+                .map_err(|e| LogError::io(&w.path, "fdatasync", e))
+        });
+        match r {
+            Ok(()) => {
+                w.synced = w.flushed;
+                Ok(())
+            }
+            Err(e) => {
+                self.poison(&mut w, &e);
+                Err(e)
+            }
+        }
+    }
+
+    /// Finishes the current segment (flushed and synced, in every durability mode, so only the
+    /// newest segment can ever be torn) and starts the next one.
+    fn roll(&self, w: &mut Writer) -> Result<(), LogError> {
+        self.flush(w)?;
+        w.file
+            .sync_data()
+            .map_err(|e| LogError::io(&w.path, "fdatasync", e))?;
+        let old = w.segment;
+        let old_len = w.written;
+        let new = old
+            .checked_add(1)
+            .ok_or_else(|| LogError::invalid("segment numbers exhausted"))?;
+        let (file, path) = create_segment(&*self.fs, &self.dir, new)?;
+        {
+            let mut m = write_lock(&self.segments);
+            if let Some(e) = m.get_mut(&old) {
+                e.len = Some(old_len);
+            }
+            m.insert(
+                new,
+                SegEntry {
+                    seg: Seg::active(&file, &path),
+                    len: None,
+                },
+            );
+        }
+        w.segment = new;
+        w.file = file;
+        w.path = path;
+        w.written = HEADER_BYTES;
+        w.flushed = HEADER_BYTES;
+        w.synced = HEADER_BYTES;
+        // Everything written so far is durable now: publish it, then release its waiters.
+        self.publish(Location {
+            segment: new,
+            offset: HEADER_BYTES,
+        });
+        {
+            let mut c = lock(&self.commit);
+            c.synced_seq = c.synced_seq.max(w.seq);
+            self.commit_cv.notify_all();
+        }
+        if let Some(tx) = &w.seal_tx {
+            self.queue_seal(tx, old);
+        }
+        Ok(())
+    }
+
+    /// The segment holding `segment` and the bound up to which it may be read.
+    fn segment_for(&self, segment: u64, end: Location) -> Result<(Seg, u64), LogError> {
+        let m = read_lock(&self.segments);
+        let Some(e) = m.get(&segment) else {
+            return Err(LogError::invalid(format!(
+                "segment {segment} is not part of the log"
+            )));
+        };
+        let bound = if segment == end.segment {
+            end.offset
+        } else {
+            match e.len {
+                Some(l) => l,
+                None => end.offset,
+            }
+        };
+        Ok((e.seg.clone(), bound))
+    }
+
+    fn read_bytes(&self, seg: &Seg, offset: u64, buf: &mut [u8]) -> Result<(), LogError> {
+        match seg {
+            Seg::Sealed(s) => s.read(offset, buf, &self.cache),
+            Seg::Active(a) => match read_exact_at(&*a.file, buf, offset) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                    // Published but still in the writer's buffer (NoSyncBulkImport): flush it.
+                    {
+                        let mut w = lock(&self.writer);
+                        if let Err(e) = self.flush(&mut w) {
+                            self.poison(&mut w, &e);
+                            return Err(e);
+                        }
+                    }
+                    read_exact_at(&*a.file, buf, offset)
+                        .map_err(|e| LogError::io(&a.path, "read", e))
+                }
+                Err(e) => Err(LogError::io(&a.path, "read", e)),
+            },
+        }
+    }
+
+    fn seg_path(seg: &Seg) -> &Path {
+        match seg {
+            Seg::Active(a) => &a.path,
+            Seg::Sealed(s) => &s.path,
+        }
+    }
+
+    /// Reads and checks the record at `offset`; returns it, its end-of-batch flag and the
+    /// offset of the next frame.
+    fn read_record(
+        &self,
+        seg: &Seg,
+        segment: u64,
+        offset: u64,
+        bound: u64,
+    ) -> Result<(OwnedRecord, bool, u64), LogError> {
+        let path = Self::seg_path(seg);
+        if offset < HEADER_BYTES || offset.saturating_add(FRAME_HEADER_BYTES) > bound {
+            return Err(LogError::invalid(format!(
+                "no record starts at offset {offset} of segment {segment} (published up to {bound})"
+            )));
+        }
+        let mut h = [0u8; FRAME_HEADER_BYTES as usize];
+        self.read_bytes(seg, offset, &mut h)?;
+        let fh = decode_frame_header(&h, segment, offset).map_err(|_| {
+            LogError::corrupt(
+                path,
+                offset,
+                "frame header checksum mismatch (damaged, or no record starts here)",
+            )
+        })?;
+        let end = offset + fh.frame_len();
+        if end > bound {
+            return Err(LogError::corrupt(
+                path,
+                offset,
+                format!(
+                    "record of {} bytes runs past the published end {bound}",
+                    fh.len
+                ),
+            ));
+        }
+        let mut payload = vec![0u8; fh.len as usize];
+        self.read_bytes(seg, offset + FRAME_HEADER_BYTES, &mut payload)?;
+        if !crate::format::check_payload(&h, &fh, segment, offset, &payload) {
+            return Err(LogError::corrupt(path, offset, "record checksum mismatch"));
+        }
+        Ok((
+            OwnedRecord {
+                kind: fh.kind,
+                payload,
+            },
+            fh.end_of_batch,
+            end,
+        ))
+    }
+
+    /// Seals a finished segment (steps 1-3 of docs/format.md) and switches readers to it.
+    fn seal_segment(&self, n: u64) -> Result<(), LogError> {
+        let (file, path, len) = {
+            let m = read_lock(&self.segments);
+            match m.get(&n) {
+                Some(SegEntry {
+                    seg: Seg::Active(a),
+                    len: Some(l),
+                }) => (Arc::clone(&a.file), a.path.clone(), *l),
+                _ => return Ok(()),
+            }
+        };
+        let data = read_all(&*file, &path, len)?;
+        let w = walk(n, &data);
+        if let Some((at, reason)) = w.damage {
+            return Err(LogError::corrupt(&path, at, reason));
+        }
+        let bytes = sealed::build(n, &data, &w)
+            .map_err(|m| LogError::io(&path, "compress", std::io::Error::other(m)))?;
+        let dst = sealed::write(&*self.fs, &self.dir, n, &bytes)?;
+        let s = SealedSegment::open(&*self.fs, &dst, n)?;
+        write_lock(&self.segments).insert(
+            n,
+            SegEntry {
+                seg: Seg::Sealed(Arc::new(s)),
+                len: Some(len),
+            },
+        );
+        lock(&self.cache).forget_segment(n);
+        self.fs
+            .remove_file(&path)
+            .map_err(|e| LogError::io(&path, "remove", e))?;
+        self.fs
+            .sync_dir(&self.dir)
+            .map_err(|e| LogError::io(&self.dir, "fsync directory", e))
+    }
+
+    fn verify(&self, end: Location) -> Result<VerifyReport, LogError> {
+        let segs: Vec<(u64, SegEntry)> = read_lock(&self.segments)
+            .iter()
+            .map(|(n, e)| (*n, e.clone()))
+            .collect();
+        let mut report = VerifyReport::default();
+        for (n, e) in segs {
+            if n > end.segment {
+                break;
+            }
+            let bound = if n == end.segment {
+                end.offset
+            } else {
+                e.len.unwrap_or(end.offset)
+            };
+            let path = Self::seg_path(&e.seg).to_path_buf();
+            let data = match &e.seg {
+                Seg::Active(a) => {
+                    let mut data = vec![0u8; bound as usize];
+                    read_exact_at(&*a.file, &mut data[..HEADER_BYTES as usize], 0)
+                        .map_err(|e| LogError::io(&path, "read", e))?;
+                    check_header(&path, &data, ACTIVE_FORMAT, n)?;
+                    if bound > HEADER_BYTES {
+                        self.read_bytes(&e.seg, HEADER_BYTES, &mut data[HEADER_BYTES as usize..])?;
+                    }
+                    data
+                }
+                Seg::Sealed(s) => {
+                    // The logical header is not stored in a sealed file; the frames do not need it.
+                    let mut data = Vec::with_capacity(s.logical_len() as usize);
+                    data.extend_from_slice(&encode_header(ACTIVE_FORMAT, n));
+                    for i in 0..s.blocks() {
+                        data.extend_from_slice(&s.decompress_block(i)?);
+                        report.blocks += 1;
+                    }
+                    data
+                }
+            };
+            let w = walk(n, &data);
+            if let Some((at, reason)) = w.damage {
+                return Err(LogError::corrupt(&path, at, reason));
+            }
+            if let Seg::Sealed(s) = &e.seg {
+                let f = &s.footer;
+                if f.records != w.records
+                    || f.first_record != w.first_record.unwrap_or(f.logical_len)
+                    || f.last_record != w.last_record.unwrap_or(f.logical_len)
+                {
+                    return Err(LogError::corrupt(
+                        &path,
+                        f.table_offset,
+                        format!(
+                            "footer says {} records, the blocks hold {}",
+                            f.records, w.records
+                        ),
+                    ));
+                }
+            }
+            report.segments += 1;
+            report.records += w.records;
+            report.batches += w.batches;
+            report.bytes += bound;
+        }
+        Ok(report)
+    }
+}
+
+/// Iterator returned by [`Log::scan`].
+pub struct Scan<'a> {
+    log: &'a Log,
+    pos: Location,
+    end: Location,
+    cur: Option<(u64, Seg, u64)>,
+    error: Option<LogError>,
+    done: bool,
+}
+
+impl fmt::Debug for Scan<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Scan")
+            .field("pos", &self.pos)
+            .field("end", &self.end)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Iterator for Scan<'_> {
+    type Item = Result<(Location, OwnedRecord, bool), LogError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        if let Some(e) = self.error.take() {
+            self.done = true;
+            return Some(Err(e));
+        }
+        let shared = &self.log.shared;
+        loop {
+            if self.pos >= self.end {
+                self.done = true;
+                return None;
+            }
+            let (seg, bound) = match &self.cur {
+                Some((n, seg, bound)) if *n == self.pos.segment => (seg.clone(), *bound),
+                _ => match shared.segment_for(self.pos.segment, self.end) {
+                    Ok((seg, bound)) => {
+                        self.cur = Some((self.pos.segment, seg.clone(), bound));
+                        (seg, bound)
+                    }
+                    Err(e) => {
+                        self.done = true;
+                        return Some(Err(e));
+                    }
+                },
+            };
+            if self.pos.offset >= bound && self.pos.segment < self.end.segment {
+                self.pos = Location {
+                    segment: self.pos.segment + 1,
+                    offset: HEADER_BYTES,
+                };
+                continue;
+            }
+            return match shared.read_record(&seg, self.pos.segment, self.pos.offset, bound) {
+                Ok((rec, last, next)) => {
+                    let at = self.pos;
+                    self.pos.offset = next;
+                    Some(Ok((at, rec, last)))
+                }
+                Err(e) => {
+                    self.done = true;
+                    Some(Err(e))
+                }
+            };
+        }
+    }
+}

@@ -1,0 +1,314 @@
+//! Sealed segments: building the block-compressed file, opening it (header, footer and block
+//! table only), and reading logical bytes through the block cache.
+
+use crate::cache::{BlockCache, BlockKey};
+use crate::error::LogError;
+use crate::format::{
+    check_header, decode_block_entry, decode_footer, encode_block_entry, encode_footer,
+    encode_header, sealed_name, sealed_tmp_name, BlockEntry, Footer, BLOCK_BYTES,
+    BLOCK_ENTRY_BYTES, FOOTER_BYTES, HEADER_BYTES, SEALED_FORMAT, ZSTD_LEVEL,
+};
+use crate::io::{write_all_at, FileSystem};
+use crate::walk::Walk;
+use std::cell::RefCell;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// Largest compressed block accepted: zstd's bound for a 64 KiB input is a little above 64 KiB.
+const BLOCK_COMPRESSED_BYTES_MAX: u64 = 2 * BLOCK_BYTES;
+
+/// An open sealed segment: a read-only map plus its checked footer and block table.
+#[derive(Debug)]
+pub struct SealedSegment {
+    /// Segment number.
+    pub segment: u64,
+    /// The file.
+    pub path: PathBuf,
+    map: memmap2::Mmap,
+    /// The checked footer.
+    pub footer: Footer,
+    table: Vec<BlockEntry>,
+}
+
+impl SealedSegment {
+    /// Opens and checks header, footer and block table; never reads a block.
+    pub fn open(fs: &dyn FileSystem, path: &Path, segment: u64) -> Result<SealedSegment, LogError> {
+        let f = fs
+            .open_ro(path)
+            .map_err(|e| LogError::io(path, "open", e))?;
+        let len = f.len().map_err(|e| LogError::io(path, "stat", e))?;
+        if len < HEADER_BYTES + FOOTER_BYTES {
+            // Too short to map usefully; read what is there so the error says the right thing.
+            let mut head = vec![0u8; len as usize];
+            crate::io::read_exact_at(&*f, &mut head, 0)
+                .map_err(|e| LogError::io(path, "read", e))?;
+            check_header(path, &head, SEALED_FORMAT, segment)?;
+            return Err(LogError::corrupt(
+                path,
+                len,
+                "sealed segment shorter than header and footer",
+            ));
+        }
+        let map = f.map().map_err(|e| LogError::io(path, "mmap", e))?;
+        let (footer, table) = parse(path, segment, &map)?;
+        Ok(SealedSegment {
+            segment,
+            path: path.to_path_buf(),
+            map,
+            footer,
+            table,
+        })
+    }
+
+    /// Length of the logical stream.
+    pub fn logical_len(&self) -> u64 {
+        self.footer.logical_len
+    }
+
+    /// Number of blocks.
+    pub fn blocks(&self) -> u32 {
+        self.footer.blocks
+    }
+
+    /// Checks and decompresses block `i`.
+    pub fn decompress_block(&self, i: u32) -> Result<Vec<u8>, LogError> {
+        let e = self.table[i as usize];
+        let bytes = &self.map[e.file_offset as usize..(e.file_offset + u64::from(e.len)) as usize];
+        if crc32fast::hash(bytes) != e.crc {
+            return Err(LogError::corrupt(
+                &self.path,
+                e.file_offset,
+                format!("block {i} checksum mismatch"),
+            ));
+        }
+        let start = HEADER_BYTES + u64::from(i) * BLOCK_BYTES;
+        let want = BLOCK_BYTES.min(self.footer.logical_len - start) as usize;
+        let out = DECOMPRESSOR.with(|d| {
+            let mut d = d.borrow_mut();
+            let d = match &mut *d {
+                Some(d) => d,
+                slot => slot.insert(zstd::bulk::Decompressor::new().map_err(|e| e.to_string())?),
+            };
+            d.decompress(bytes, want).map_err(|e| e.to_string())
+        });
+        match out {
+            Ok(v) if v.len() == want => Ok(v),
+            Ok(v) => Err(LogError::corrupt(
+                &self.path,
+                e.file_offset,
+                format!(
+                    "block {i} decompresses to {} bytes, expected {want}",
+                    v.len()
+                ),
+            )),
+            Err(msg) => Err(LogError::corrupt(
+                &self.path,
+                e.file_offset,
+                format!("block {i} does not decompress: {msg}"),
+            )),
+        }
+    }
+
+    /// Copies logical bytes `[offset, offset + buf.len())` into `buf` (caller checks bounds).
+    pub fn read(
+        &self,
+        offset: u64,
+        buf: &mut [u8],
+        cache: &Mutex<BlockCache>,
+    ) -> Result<(), LogError> {
+        debug_assert!(offset >= HEADER_BYTES, "records start after the header");
+        debug_assert!(
+            offset + buf.len() as u64 <= self.footer.logical_len,
+            "caller checks bounds"
+        );
+        let mut done = 0usize;
+        while done < buf.len() {
+            let at = offset + done as u64 - HEADER_BYTES;
+            let i = (at / BLOCK_BYTES) as u32;
+            let within = (at % BLOCK_BYTES) as usize;
+            let block = self.block(i, cache)?;
+            let n = (block.len() - within).min(buf.len() - done);
+            buf[done..done + n].copy_from_slice(&block[within..within + n]);
+            done += n;
+        }
+        Ok(())
+    }
+
+    fn block(&self, i: u32, cache: &Mutex<BlockCache>) -> Result<Arc<Vec<u8>>, LogError> {
+        let key: BlockKey = (self.segment, i);
+        if let Some(b) = lock(cache).get(key) {
+            return Ok(b);
+        }
+        // Decompress outside the lock: other readers keep going meanwhile.
+        let b = Arc::new(self.decompress_block(i)?);
+        lock(cache).insert(key, Arc::clone(&b));
+        Ok(b)
+    }
+}
+
+thread_local! {
+    static DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { RefCell::new(None) };
+}
+
+fn lock(cache: &Mutex<BlockCache>) -> std::sync::MutexGuard<'_, BlockCache> {
+    cache.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Checks header, footer and block table of a sealed file's bytes (docs/format.md).
+pub fn parse(path: &Path, segment: u64, b: &[u8]) -> Result<(Footer, Vec<BlockEntry>), LogError> {
+    check_header(path, b, SEALED_FORMAT, segment)?;
+    let len = b.len() as u64;
+    if len < HEADER_BYTES + FOOTER_BYTES {
+        return Err(LogError::corrupt(
+            path,
+            len,
+            "sealed segment shorter than header and footer",
+        ));
+    }
+    let foot_at = len - FOOTER_BYTES;
+    let bad = |offset: u64, reason: String| Err(LogError::corrupt(path, offset, reason));
+    let Some(f) = decode_footer(&b[foot_at as usize..]) else {
+        return bad(foot_at, "footer checksum mismatch".into());
+    };
+    if f.segment != segment {
+        return bad(
+            foot_at + 52,
+            format!("footer names segment {}, expected {segment}", f.segment),
+        );
+    }
+    if u64::from(f.block_bytes) != BLOCK_BYTES {
+        return bad(
+            foot_at + 44,
+            format!("block size {} is not {BLOCK_BYTES}", f.block_bytes),
+        );
+    }
+    let Some(body) = f.logical_len.checked_sub(HEADER_BYTES) else {
+        return bad(
+            foot_at,
+            format!("logical length {} below the header", f.logical_len),
+        );
+    };
+    if body.div_ceil(BLOCK_BYTES) != u64::from(f.blocks) {
+        return bad(
+            foot_at + 40,
+            format!("{} blocks cannot hold {body} bytes", f.blocks),
+        );
+    }
+    let table_len = u64::from(f.blocks) * BLOCK_ENTRY_BYTES;
+    if f.table_offset.checked_add(table_len) != Some(foot_at) || f.table_offset < HEADER_BYTES {
+        return bad(
+            foot_at + 32,
+            format!(
+                "block table at {} does not end at the footer",
+                f.table_offset
+            ),
+        );
+    }
+    let table_bytes = &b[f.table_offset as usize..foot_at as usize];
+    if crc32fast::hash(table_bytes) != f.table_crc {
+        return bad(f.table_offset, "block table checksum mismatch".into());
+    }
+    let records_ok = if f.records == 0 {
+        f.first_record == f.logical_len && f.last_record == f.logical_len
+    } else {
+        f.first_record == HEADER_BYTES
+            && f.first_record <= f.last_record
+            && f.last_record < f.logical_len
+    };
+    if !records_ok {
+        return bad(foot_at + 8, "record range does not fit the segment".into());
+    }
+    let mut table = Vec::with_capacity(f.blocks as usize);
+    let mut next = HEADER_BYTES;
+    for (i, chunk) in table_bytes
+        .chunks_exact(BLOCK_ENTRY_BYTES as usize)
+        .enumerate()
+    {
+        let e = decode_block_entry(chunk);
+        if e.file_offset != next || e.len == 0 || u64::from(e.len) > BLOCK_COMPRESSED_BYTES_MAX {
+            return bad(
+                f.table_offset + i as u64 * BLOCK_ENTRY_BYTES,
+                format!(
+                    "block {i} entry (offset {}, length {}) out of place",
+                    e.file_offset, e.len
+                ),
+            );
+        }
+        next += u64::from(e.len);
+        table.push(e);
+    }
+    if next != f.table_offset {
+        return bad(
+            f.table_offset,
+            "blocks do not end where the block table starts".into(),
+        );
+    }
+    Ok((f, table))
+}
+
+/// Builds the bytes of a sealed file from a complete logical stream and its walk.
+pub fn build(segment: u64, logical: &[u8], w: &Walk) -> Result<Vec<u8>, String> {
+    debug_assert!(
+        w.damage.is_none() && w.good_end == logical.len() as u64,
+        "seal only clean segments"
+    );
+    let logical_len = logical.len() as u64;
+    let mut out = Vec::with_capacity(logical.len() / 3 + 4096);
+    out.extend_from_slice(&encode_header(SEALED_FORMAT, segment));
+    let mut table = Vec::new();
+    let mut c = zstd::bulk::Compressor::new(ZSTD_LEVEL).map_err(|e| e.to_string())?;
+    for chunk in logical[HEADER_BYTES as usize..].chunks(BLOCK_BYTES as usize) {
+        let z = c.compress(chunk).map_err(|e| e.to_string())?;
+        let e = BlockEntry {
+            file_offset: out.len() as u64,
+            len: u32::try_from(z.len()).map_err(|_| "compressed block too large".to_string())?,
+            crc: crc32fast::hash(&z),
+        };
+        encode_block_entry(&mut table, &e);
+        out.extend_from_slice(&z);
+    }
+    let footer = Footer {
+        logical_len,
+        records: w.records,
+        first_record: w.first_record.unwrap_or(logical_len),
+        last_record: w.last_record.unwrap_or(logical_len),
+        table_offset: out.len() as u64,
+        blocks: u32::try_from((table.len() as u64) / BLOCK_ENTRY_BYTES)
+            .map_err(|_| "too many blocks".to_string())?,
+        block_bytes: BLOCK_BYTES as u32,
+        table_crc: crc32fast::hash(&table),
+        segment,
+    };
+    out.extend_from_slice(&table);
+    out.extend_from_slice(&encode_footer(&footer));
+    Ok(out)
+}
+
+/// Steps 1 and 2 of sealing (docs/format.md): write `N.sealed.tmp`, fdatasync, rename to
+/// `N.sealed`, fsync the directory. Returns the sealed path.
+pub fn write(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    segment: u64,
+    bytes: &[u8],
+) -> Result<PathBuf, LogError> {
+    let tmp = dir.join(sealed_tmp_name(segment));
+    let dst = dir.join(sealed_name(segment));
+    match fs.remove_file(&tmp) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(LogError::io(&tmp, "remove", e)),
+    }
+    let f = fs
+        .create_new(&tmp)
+        .map_err(|e| LogError::io(&tmp, "create", e))?;
+    write_all_at(&*f, bytes, 0).map_err(|e| LogError::io(&tmp, "write", e))?;
+    f.sync_data()
+        .map_err(|e| LogError::io(&tmp, "fdatasync", e))?;
+    drop(f);
+    fs.rename(&tmp, &dst)
+        .map_err(|e| LogError::io(&dst, "rename", e))?;
+    fs.sync_dir(dir)
+        .map_err(|e| LogError::io(dir, "fsync directory", e))?;
+    Ok(dst)
+}

@@ -1,0 +1,331 @@
+//! Round trips, reopen, roll and sealing, format refusal, argument checks.
+
+#![allow(clippy::unwrap_used)]
+
+use logbook_log::{Durability, ErrorKind, Location, Log, LogConfig, LogError, Record};
+use std::path::Path;
+
+fn tiny(durability: Durability) -> LogConfig {
+    LogConfig {
+        segment_bytes_max: 300,
+        durability,
+    }
+}
+
+fn payload(i: usize) -> Vec<u8> {
+    format!("record number {i} ").repeat(1 + i % 7).into_bytes()
+}
+
+fn all(log: &Log) -> Vec<(Location, u8, Vec<u8>, bool)> {
+    log.scan(log.start())
+        .map(|r| {
+            let (l, rec, last) = r.expect("scan");
+            (l, rec.kind, rec.payload, last)
+        })
+        .collect()
+}
+
+#[test]
+fn round_trip_and_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("log");
+    let log = Log::create(&d, LogConfig::default()).unwrap();
+    assert_eq!(log.start(), log.end());
+    assert_eq!(log.scan(log.start()).count(), 0);
+    let a = log
+        .append(&[Record {
+            kind: 1,
+            payload: b"one",
+        }])
+        .unwrap();
+    let b = log
+        .append(&[
+            Record {
+                kind: 2,
+                payload: b"two",
+            },
+            Record {
+                kind: 3,
+                payload: b"",
+            },
+        ])
+        .unwrap();
+    assert_eq!(a[0], log.start());
+    assert!(b[0] > a[0] && b[1] > b[0] && log.end() > b[1]);
+    assert_eq!(log.read(b[0]).unwrap().payload, b"two");
+    assert_eq!(log.read(b[1]).unwrap().kind, 3);
+    let before = all(&log);
+    assert_eq!(before.len(), 3);
+    assert_eq!(
+        before.iter().map(|r| r.3).collect::<Vec<_>>(),
+        [true, false, true]
+    );
+    let end = log.end();
+    drop(log);
+    let (log, rec) = Log::open(&d, LogConfig::default()).unwrap();
+    assert_eq!(rec.cut_bytes, 0);
+    assert_eq!(rec.tail_records, 3);
+    assert_eq!(log.end(), end);
+    assert_eq!(all(&log), before);
+    let c = log
+        .append(&[Record {
+            kind: 9,
+            payload: b"after",
+        }])
+        .unwrap();
+    assert_eq!(c[0], end);
+    // scan from the middle, and from the end
+    assert_eq!(log.scan(b[1]).count(), 2);
+    assert_eq!(log.scan(log.end()).count(), 0);
+    let v = log.verify().unwrap();
+    assert_eq!((v.records, v.batches, v.segments), (4, 3, 1));
+}
+
+#[test]
+fn rolls_seal_and_keep_locations() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("log");
+    for durability in [Durability::Sync, Durability::NoSyncBulkImport] {
+        let d = d.join(format!("{durability:?}"));
+        let log = Log::create(&d, tiny(durability)).unwrap();
+        let mut locs = Vec::new();
+        for i in 0..200 {
+            let p = payload(i);
+            let l = log
+                .append(&[Record {
+                    kind: (i % 250) as u8,
+                    payload: &p,
+                }])
+                .unwrap();
+            locs.push(l[0]);
+        }
+        assert_eq!(log.wait_for_sealing(), None);
+        let sealed = log.sealed_segment_paths();
+        assert!(sealed.len() > 10, "tiny segments roll: {}", sealed.len());
+        for (i, l) in locs.iter().enumerate() {
+            assert_eq!(
+                log.read(*l).unwrap().payload,
+                payload(i),
+                "record {i} at {l:?}"
+            );
+        }
+        let end = log.end();
+        drop(log);
+        let (log, rec) = Log::open(&d, tiny(durability)).unwrap();
+        assert_eq!(rec.cut_bytes, 0);
+        assert_eq!(rec.sealed_segments as usize, sealed.len());
+        assert_eq!(log.end(), end);
+        let got = all(&log);
+        assert_eq!(got.len(), 200);
+        for (i, r) in got.iter().enumerate() {
+            assert_eq!((r.0, &r.2), (locs[i], &payload(i)));
+        }
+        let v = log.verify().unwrap();
+        assert_eq!(v.records, 200);
+        assert!(v.blocks as usize >= sealed.len());
+    }
+}
+
+#[test]
+fn large_records_span_blocks() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("log");
+    let cfg = LogConfig {
+        segment_bytes_max: 1 << 20,
+        durability: Durability::NoSyncBulkImport,
+    };
+    let log = Log::create(&d, cfg.clone()).unwrap();
+    let big: Vec<Vec<u8>> = (0..12u32)
+        .map(|i| {
+            (0..200_000u32)
+                .map(|j| ((j * 31 + i) % 251) as u8)
+                .collect()
+        })
+        .collect();
+    let mut locs = Vec::new();
+    for b in &big {
+        locs.push(
+            log.append(&[Record {
+                kind: 7,
+                payload: b,
+            }])
+            .unwrap()[0],
+        );
+    }
+    log.sync().unwrap();
+    drop(log);
+    let (log, _) = Log::open(&d, cfg).unwrap();
+    log.wait_for_sealing();
+    assert!(!log.sealed_segment_paths().is_empty());
+    for (l, b) in locs.iter().zip(&big) {
+        assert_eq!(&log.read(*l).unwrap().payload, b);
+    }
+    log.verify().unwrap();
+}
+
+#[test]
+fn create_refuses_non_empty_and_open_refuses_missing() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("x"), b"x").unwrap();
+    let e = Log::create(dir.path(), LogConfig::default()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Conflict);
+    let e = Log::open(&dir.path().join("nope"), LogConfig::default()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound);
+    let e = Log::open(dir.path(), LogConfig::default()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+}
+
+#[test]
+fn bad_arguments_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::create(&dir.path().join("l"), LogConfig::default()).unwrap();
+    assert_eq!(
+        log.append(&[]).unwrap_err().kind(),
+        ErrorKind::InvalidArgument
+    );
+    let e = log.read(log.end()).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+    let past = Location {
+        segment: 5,
+        offset: 32,
+    };
+    assert!(log.scan(past).next().unwrap().is_err());
+    let at = log
+        .append(&[Record {
+            kind: 0,
+            payload: b"abc",
+        }])
+        .unwrap()[0];
+    let wrong = Location {
+        offset: at.offset + 1,
+        ..at
+    };
+    assert!(log.read(wrong).is_err());
+    let e = Log::create(
+        &dir.path().join("m"),
+        LogConfig {
+            segment_bytes_max: 1,
+            durability: Durability::Sync,
+        },
+    )
+    .unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+}
+
+fn only_file(d: &Path, suffix: &str) -> std::path::PathBuf {
+    std::fs::read_dir(d)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.to_string_lossy().ends_with(suffix))
+        .unwrap()
+}
+
+#[test]
+fn foreign_and_newer_files_are_refused_by_name() {
+    for sealed in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().join("l");
+        let log = Log::create(&d, tiny(Durability::Sync)).unwrap();
+        for i in 0..20 {
+            log.append(&[Record {
+                kind: 1,
+                payload: &payload(i),
+            }])
+            .unwrap();
+        }
+        log.wait_for_sealing();
+        drop(log);
+        let f = only_file(&d, if sealed { ".sealed" } else { ".active" });
+        let orig = std::fs::read(&f).unwrap();
+        let mut newer = orig.clone();
+        newer[8..12].copy_from_slice(&2u32.to_le_bytes());
+        std::fs::write(&f, &newer).unwrap();
+        let e = Log::open(&d, tiny(Durability::Sync)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::UnsupportedFormat);
+        assert!(matches!(
+            &e,
+            LogError::UnsupportedFormat {
+                found: 2,
+                expected: 1,
+                ..
+            }
+        ));
+        let msg = e.to_string();
+        assert!(
+            msg.contains(&f.display().to_string()) && msg.contains('2'),
+            "{msg}"
+        );
+        let mut foreign = orig.clone();
+        foreign[0..8].copy_from_slice(b"SQLite f");
+        std::fs::write(&f, &foreign).unwrap();
+        let e = Log::open(&d, tiny(Durability::Sync)).unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::UnsupportedFormat);
+        assert!(e.to_string().contains(&f.display().to_string()));
+        std::fs::write(&f, &orig).unwrap();
+        Log::open(&d, tiny(Durability::Sync)).unwrap();
+    }
+}
+
+#[test]
+fn concurrent_appenders_and_readers() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("l");
+    let log = std::sync::Arc::new(
+        Log::create(
+            &d,
+            LogConfig {
+                segment_bytes_max: 4096,
+                durability: Durability::Sync,
+            },
+        )
+        .unwrap(),
+    );
+    let mut handles = Vec::new();
+    for t in 0..6u8 {
+        let log = log.clone();
+        handles.push(std::thread::spawn(move || {
+            let mut mine = Vec::new();
+            for i in 0..60u32 {
+                let p = format!("t{t} i{i}").into_bytes();
+                let l = log
+                    .append(&[
+                        Record {
+                            kind: t,
+                            payload: &p,
+                        },
+                        Record {
+                            kind: t,
+                            payload: &p,
+                        },
+                    ])
+                    .unwrap();
+                assert!(log.end() > l[1], "an acknowledged batch is published");
+                assert_eq!(log.read(l[0]).unwrap().payload, p);
+                mine.push((l[0], p));
+            }
+            mine
+        }));
+    }
+    let reader = {
+        let log = log.clone();
+        std::thread::spawn(move || {
+            for _ in 0..50 {
+                let got: Vec<_> = log.scan(log.start()).collect::<Result<_, _>>().unwrap();
+                assert_eq!(got.len() % 2, 0, "scans see whole batches only");
+                assert!(
+                    got.last().is_none_or(|r| r.2),
+                    "the last record seen ends a batch"
+                );
+            }
+        })
+    };
+    let mut all = Vec::new();
+    for h in handles {
+        all.extend(h.join().unwrap());
+    }
+    reader.join().unwrap();
+    assert_eq!(log.scan(log.start()).count(), 6 * 60 * 2);
+    for (l, p) in all {
+        assert_eq!(log.read(l).unwrap().payload, p);
+    }
+}
