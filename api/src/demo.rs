@@ -216,7 +216,7 @@ fn print_rows(page: &Value) {
             .and_then(|f| ["body", "arguments"].iter().find_map(|k| f.get(*k)))
             .and_then(|f| f["text"].as_str())
             .unwrap_or("");
-        let first: String = text.lines().next().unwrap_or("").chars().take(90).collect();
+        let first: String = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("").chars().take(90).collect();
         println!("  {:>3}.{} {:<10} {first}", row["position"]["sourceSequence"], row["position"]["itemIndex"],
             row["kind"].as_str().unwrap_or(""));
     }
