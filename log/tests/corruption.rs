@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{copy_dir, files_ending, Rng};
+use common::{copy_dir, fast_tempdir, files_ending, Rng};
 use logbook_log::{Durability, ErrorKind, Location, Log, LogConfig, Record};
 use std::collections::HashMap;
 use std::path::Path;
@@ -81,7 +81,7 @@ fn whole_batch_prefix(got: &[Scanned], want: &[Batch]) -> usize {
 #[test]
 fn truncation_at_every_offset_leaves_a_prefix_of_whole_batches() {
     let mut rng = Rng::from_env("truncation");
-    let dir = tempfile::tempdir().unwrap();
+    let dir = fast_tempdir();
     let orig = dir.path().join("orig");
     let want = build(&orig, cfg(1 << 20), 12, &mut rng);
     let active = files_ending(&orig, ".active").pop().unwrap();
@@ -134,7 +134,7 @@ fn truncation_at_every_offset_leaves_a_prefix_of_whole_batches() {
 #[test]
 fn truncated_sealed_segment_is_an_error_naming_it() {
     let mut rng = Rng::from_env("truncated sealed");
-    let dir = tempfile::tempdir().unwrap();
+    let dir = fast_tempdir();
     let orig = dir.path().join("orig");
     build(&orig, cfg(256), 30, &mut rng);
     let sealed = files_ending(&orig, ".sealed");
@@ -162,7 +162,7 @@ fn truncated_sealed_segment_is_an_error_naming_it() {
 #[test]
 fn flipped_bits_are_detected_never_returned() {
     let mut rng = Rng::from_env("bit flips");
-    let dir = tempfile::tempdir().unwrap();
+    let dir = fast_tempdir();
     let orig = dir.path().join("orig");
     // Sealed segments and a long active one.
     let want = build(&orig, cfg(2048), 120, &mut rng);

@@ -61,3 +61,18 @@ pub fn files_ending(dir: &Path, suffix: &str) -> Vec<std::path::PathBuf> {
     v.sort();
     v
 }
+
+/// A temporary directory on tmpfs when there is one: the tests that reopen a log hundreds of
+/// times check logic, not the disk, and fsync is free there.
+pub fn fast_tempdir() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        if let Ok(d) = tempfile::Builder::new()
+            .prefix("logbook-test")
+            .tempdir_in(shm)
+        {
+            return d;
+        }
+    }
+    tempfile::tempdir().expect("temporary directory")
+}
