@@ -78,7 +78,10 @@ impl Host {
     }
 
     fn workspace(&self, session_id: &str) -> Result<Arc<Workspace>, ApiError> {
-        let mut cache = self.workspaces.lock().expect("workspace cache lock poisoned");
+        let mut cache = self
+            .workspaces
+            .lock()
+            .expect("workspace cache lock poisoned");
         if let Some(ws) = cache.get(session_id) {
             return Ok(ws.clone());
         }
@@ -149,7 +152,10 @@ impl Host {
         Ok(())
     }
 
-    pub fn watch_files_open(&self, p: WatchFilesOpenParams) -> Result<WatchFilesOpenResult, ApiError> {
+    pub fn watch_files_open(
+        &self,
+        p: WatchFilesOpenParams,
+    ) -> Result<WatchFilesOpenResult, ApiError> {
         let ws = self.workspace(&p.session_id)?;
         let path = rel_path(p.path.as_ref())?;
         let mut watches = self.watches.lock().expect("watch table lock poisoned");
@@ -170,12 +176,21 @@ impl Host {
     }
 
     /// Waits for the next notification of a watch (blocks up to `timeoutMs`).
-    pub fn watch_files_next(&self, p: WatchFilesNextParams) -> Result<WatchFilesNextResult, ApiError> {
-        let timeout = p.timeout_ms.unwrap_or(WATCH_TIMEOUT_MS_DEFAULT).min(WATCH_TIMEOUT_MS_MAX);
+    pub fn watch_files_next(
+        &self,
+        p: WatchFilesNextParams,
+    ) -> Result<WatchFilesNextResult, ApiError> {
+        let timeout = p
+            .timeout_ms
+            .unwrap_or(WATCH_TIMEOUT_MS_DEFAULT)
+            .min(WATCH_TIMEOUT_MS_MAX);
         let slot = self.watch_slot(&p.watch_id)?;
         let mut guard = slot.lock().expect("watch lock poisoned");
         let Some(watch) = guard.as_mut() else {
-            return Err(ApiError::not_found(format!("watch {:?} is closed", p.watch_id)));
+            return Err(ApiError::not_found(format!(
+                "watch {:?} is closed",
+                p.watch_id
+            )));
         };
         let event = match watch.next(Duration::from_millis(timeout))? {
             logbook_fs::WatchEvent::Changed => FileWatchEvent::Changed,
@@ -282,7 +297,9 @@ fn rel_path(path: Option<&WirePath>) -> Result<RelPath, ApiError> {
 /// The Root's folder, relative to the workspace, when the Root lives inside it.
 fn hidden_paths(workspace: &Path, root: &Path) -> Vec<Vec<u8>> {
     use std::os::unix::ffi::OsStrExt;
-    let workspace = workspace.canonicalize().unwrap_or_else(|_| workspace.to_owned());
+    let workspace = workspace
+        .canonicalize()
+        .unwrap_or_else(|_| workspace.to_owned());
     let root = root.canonicalize().unwrap_or_else(|_| root.to_owned());
     match root.strip_prefix(&workspace) {
         Ok(rel) if !rel.as_os_str().is_empty() => vec![rel.as_os_str().as_bytes().to_vec()],

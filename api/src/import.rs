@@ -50,13 +50,17 @@ impl Builder {
         self.settle();
         self.turns += 1;
         let inv = format!("imported-{}", self.turns);
-        self.out.events.push(json!({"kind": "userMessage", "invocation": inv, "text": text, "attachments": []}));
+        self.out.events.push(
+            json!({"kind": "userMessage", "invocation": inv, "text": text, "attachments": []}),
+        );
         self.turn = Some(inv);
     }
 
     fn settle(&mut self) {
         if let Some(inv) = self.turn.take() {
-            self.out.events.push(json!({"kind": "turnSettled", "invocation": inv, "outcome": "completed"}));
+            self.out
+                .events
+                .push(json!({"kind": "turnSettled", "invocation": inv, "outcome": "completed"}));
         }
     }
 
@@ -65,23 +69,32 @@ impl Builder {
             return;
         }
         let Some(inv) = self.turn.clone() else {
-            self.out.skipped.push((line, "model output before the first user message".to_owned()));
+            self.out.skipped.push((
+                line,
+                "model output before the first user message".to_owned(),
+            ));
             return;
         };
-        self.out.events.push(json!({"kind": "modelCompletion", "invocation": inv, "model": model,
-            "items": items, "usage": usage}));
+        self.out.events.push(
+            json!({"kind": "modelCompletion", "invocation": inv, "model": model,
+            "items": items, "usage": usage}),
+        );
     }
 
     fn tool_result(&mut self, line: usize, call_id: &str, body: String, error: bool, raw: Value) {
         let Some(inv) = self.turn.clone() else {
-            self.out.skipped.push((line, "tool output before the first user message".to_owned()));
+            self.out
+                .skipped
+                .push((line, "tool output before the first user message".to_owned()));
             return;
         };
         let bytes = body.len();
         let digest = digest(body.as_bytes());
-        self.out.events.push(json!({"kind": "toolResult", "invocation": inv, "toolCallId": call_id,
+        self.out.events.push(
+            json!({"kind": "toolResult", "invocation": inv, "toolCallId": call_id,
             "status": if error { "error" } else { "ok" }, "body": body, "raw": raw,
-            "parts": [{"kind": "text", "text": body}], "bytes": bytes, "digest": digest}));
+            "parts": [{"kind": "text", "text": body}], "bytes": bytes, "digest": digest}),
+        );
     }
 
     fn finish(mut self) -> Conversion {
@@ -91,7 +104,10 @@ impl Builder {
 }
 
 /// Parses the lines of a transcript; a line that is not JSON is skipped and reported.
-fn parse_lines(text: &str) -> (Vec<(usize, Value)>, Vec<(usize, String)>) {
+/// Records with their 1-based line numbers, and the lines skipped with why.
+type Parsed = (Vec<(usize, Value)>, Vec<(usize, String)>);
+
+fn parse_lines(text: &str) -> Parsed {
     let mut values = Vec::new();
     let mut skipped = Vec::new();
     let lines: Vec<&str> = text.lines().collect();
@@ -101,7 +117,9 @@ fn parse_lines(text: &str) -> (Vec<(usize, Value)>, Vec<(usize, String)>) {
         }
         match serde_json::from_str::<Value>(line.trim_start_matches('\u{feff}')) {
             Ok(v) => values.push((i + 1, v)),
-            Err(err) if i + 1 == lines.len() => skipped.push((i + 1, format!("torn last line: {err}"))),
+            Err(err) if i + 1 == lines.len() => {
+                skipped.push((i + 1, format!("torn last line: {err}")))
+            }
             Err(err) => skipped.push((i + 1, format!("not JSON: {err}"))),
         }
     }
@@ -112,7 +130,9 @@ fn parse_lines(text: &str) -> (Vec<(usize, Value)>, Vec<(usize, String)>) {
 fn detect(values: &[(usize, Value)]) -> Option<&'static str> {
     for (_, v) in values.iter().take(20) {
         match v["type"].as_str() {
-            Some("session_meta" | "response_item" | "event_msg" | "turn_context") => return Some("rollout"),
+            Some("session_meta" | "response_item" | "event_msg" | "turn_context") => {
+                return Some("rollout")
+            }
             Some("user" | "assistant") if v.get("message").is_some() => return Some("session"),
             Some("message" | "reasoning" | "function_call") => return Some("rollout"),
             _ => {}
@@ -125,7 +145,9 @@ fn detect(values: &[(usize, Value)]) -> Option<&'static str> {
 pub fn convert(text: &str) -> Result<Conversion, ApiError> {
     let (values, skipped) = parse_lines(text);
     let format = detect(&values).ok_or_else(|| {
-        ApiError::invalid("not a transcript this version can import (neither rollout nor session records found)")
+        ApiError::invalid(
+            "not a transcript this version can import (neither rollout nor session records found)",
+        )
     })?;
     let mut b = Builder::default();
     b.out.skipped = skipped;
@@ -167,7 +189,9 @@ fn rollout_record(b: &mut Builder, line: usize, v: &Value) {
         Some(_) => (v["type"].as_str(), v),
         None if v.get("record_type").is_some() || v.get("instructions").is_some() => return,
         None => {
-            b.out.skipped.push((line, "record without a type".to_owned()));
+            b.out
+                .skipped
+                .push((line, "record without a type".to_owned()));
             return;
         }
     };
@@ -177,42 +201,83 @@ fn rollout_record(b: &mut Builder, line: usize, v: &Value) {
             let text = text_of(&payload["content"]);
             match payload["role"].as_str() {
                 Some("user") => b.user(text),
-                Some("assistant") => b.completion(line, model, vec![json!({"kind": "assistant", "body": text, "thinking": ""})], Value::Null),
-                Some(role) => b.out.skipped.push((line, format!("message of role {role:?}"))),
-                None => b.out.skipped.push((line, "message without a role".to_owned())),
+                Some("assistant") => b.completion(
+                    line,
+                    model,
+                    vec![json!({"kind": "assistant", "body": text, "thinking": ""})],
+                    Value::Null,
+                ),
+                Some(role) => b
+                    .out
+                    .skipped
+                    .push((line, format!("message of role {role:?}"))),
+                None => b
+                    .out
+                    .skipped
+                    .push((line, "message without a role".to_owned())),
             }
         }
         Some("reasoning") => {
             let thinking = text_of(&payload["summary"]);
             if !thinking.is_empty() {
-                b.completion(line, model, vec![json!({"kind": "assistant", "body": "", "thinking": thinking})], Value::Null);
+                b.completion(
+                    line,
+                    model,
+                    vec![json!({"kind": "assistant", "body": "", "thinking": thinking})],
+                    Value::Null,
+                );
             }
         }
         Some("function_call") | Some("custom_tool_call") | Some("local_shell_call") => {
-            let id = payload["call_id"].as_str().or(payload["id"].as_str()).unwrap_or("").to_owned();
-            let name = payload["name"].as_str().unwrap_or(if kind == Some("local_shell_call") { "shell" } else { "tool" });
+            let id = payload["call_id"]
+                .as_str()
+                .or(payload["id"].as_str())
+                .unwrap_or("")
+                .to_owned();
+            let name = payload["name"]
+                .as_str()
+                .unwrap_or(if kind == Some("local_shell_call") {
+                    "shell"
+                } else {
+                    "tool"
+                });
             let arguments = match (&payload["arguments"], &payload["input"], &payload["action"]) {
                 (Value::String(s), _, _) => s.clone(),
                 (_, Value::String(s), _) => s.clone(),
                 (_, _, action) if !action.is_null() => action.to_string(),
                 (args, _, _) => args.to_string(),
             };
-            b.completion(line, model, vec![json!({"kind": "toolCall", "id": id, "name": name, "arguments": arguments})], Value::Null);
+            b.completion(
+                line,
+                model,
+                vec![json!({"kind": "toolCall", "id": id, "name": name, "arguments": arguments})],
+                Value::Null,
+            );
         }
-        Some("function_call_output") | Some("custom_tool_call_output") | Some("local_shell_call_output") => {
+        Some("function_call_output")
+        | Some("custom_tool_call_output")
+        | Some("local_shell_call_output") => {
             let id = payload["call_id"].as_str().unwrap_or("").to_owned();
             let output = &payload["output"];
             // Outputs are often JSON text `{"output": "...", "metadata": {..}}`.
-            let parsed = output.as_str().and_then(|s| serde_json::from_str::<Value>(s).ok());
+            let parsed = output
+                .as_str()
+                .and_then(|s| serde_json::from_str::<Value>(s).ok());
             let body = match &parsed {
                 Some(p) if p["output"].is_string() => p["output"].as_str().unwrap_or("").to_owned(),
                 _ => text_of(output),
             };
-            let failed = parsed.as_ref().and_then(|p| p["metadata"]["exit_code"].as_i64()).is_some_and(|c| c != 0);
+            let failed = parsed
+                .as_ref()
+                .and_then(|p| p["metadata"]["exit_code"].as_i64())
+                .is_some_and(|c| c != 0);
             b.tool_result(line, &id, body, failed, output.clone());
         }
         Some(other) => b.out.skipped.push((line, format!("record type {other:?}"))),
-        None => b.out.skipped.push((line, "response item without a type".to_owned())),
+        None => b
+            .out
+            .skipped
+            .push((line, "response item without a type".to_owned())),
     }
 }
 
@@ -235,7 +300,10 @@ fn session_record(b: &mut Builder, line: usize, v: &Value) {
                             b.tool_result(line, &id, body, failed, block.clone());
                         }
                         Some("text") => text.push(block["text"].as_str().unwrap_or("").to_owned()),
-                        Some(other) => b.out.skipped.push((line, format!("user content block {other:?}"))),
+                        Some(other) => b
+                            .out
+                            .skipped
+                            .push((line, format!("user content block {other:?}"))),
                         None => {}
                     }
                 }
@@ -260,7 +328,10 @@ fn session_record(b: &mut Builder, line: usize, v: &Value) {
                 }
             }
             let usage = &message["usage"];
-            let usage = match (usage["input_tokens"].as_u64(), usage["output_tokens"].as_u64()) {
+            let usage = match (
+                usage["input_tokens"].as_u64(),
+                usage["output_tokens"].as_u64(),
+            ) {
                 (Some(i), Some(o)) => json!({"inputTokens": i, "outputTokens": o}),
                 _ => Value::Null,
             };
@@ -268,36 +339,57 @@ fn session_record(b: &mut Builder, line: usize, v: &Value) {
         }
         Some("summary") | Some("system") | Some("file-history-snapshot") => {}
         Some(other) => b.out.skipped.push((line, format!("record type {other:?}"))),
-        None => b.out.skipped.push((line, "record without a type".to_owned())),
+        None => b
+            .out
+            .skipped
+            .push((line, "record without a type".to_owned())),
     }
 }
 
 fn call(host: &Host, method: &str, params: Value) -> Result<Value, ApiError> {
-    let raw = serde_json::value::RawValue::from_string(params.to_string()).expect("a Value always encodes");
+    let raw = serde_json::value::RawValue::from_string(params.to_string())
+        .expect("a Value always encodes");
     let answer = dispatch::call(host, method, Some(&raw), &mut |_| {})?;
     Ok(serde_json::from_str(answer.get()).expect("the dispatcher writes JSON"))
 }
 
 /// Imports each file into a Session of its own, with a progress bar.
-pub fn run(host: &Host, files: &[PathBuf], workspace: Option<&Path>, json_out: bool) -> Result<(), ApiError> {
+pub fn run(
+    host: &Host,
+    files: &[PathBuf],
+    workspace: Option<&Path>,
+    json_out: bool,
+) -> Result<(), ApiError> {
     if files.is_empty() {
-        return Err(ApiError::invalid("name at least one transcript file to import"));
+        return Err(ApiError::invalid(
+            "name at least one transcript file to import",
+        ));
     }
     let bar = indicatif::ProgressBar::new(files.len() as u64);
     for file in files {
-        let text = std::fs::read(file)
-            .map_err(|e| ApiError::new(ErrorCode::Io, format!("reading {}: {e}", file.display())))?;
+        let text = std::fs::read(file).map_err(|e| {
+            ApiError::new(ErrorCode::Io, format!("reading {}: {e}", file.display()))
+        })?;
         let text = String::from_utf8_lossy(&text);
-        let conversion = convert(&text).map_err(|e| ApiError::new(e.code, format!("{}: {}", file.display(), e.message)))?;
+        let conversion = convert(&text)
+            .map_err(|e| ApiError::new(e.code, format!("{}: {}", file.display(), e.message)))?;
         let tag = &digest(text.as_bytes())[7..23];
         let session = format!("import-{tag}");
         let ws = workspace
             .map(|w| w.to_string_lossy().into_owned())
             .or(conversion.workspace.clone())
             .filter(|w| Path::new(w).is_absolute());
-        call(host, "createSession", json!({"sessionId": session, "workspace": ws, "operation": format!("import-{tag}")}))?;
+        call(
+            host,
+            "createSession",
+            json!({"sessionId": session, "workspace": ws, "operation": format!("import-{tag}")}),
+        )?;
         for (n, chunk) in conversion.events.chunks(IMPORT_BATCH_EVENTS).enumerate() {
-            call(host, "append", json!({"sessionId": session, "operation": format!("import-{tag}-{n}"), "events": chunk}))?;
+            call(
+                host,
+                "append",
+                json!({"sessionId": session, "operation": format!("import-{tag}-{n}"), "events": chunk}),
+            )?;
         }
         bar.inc(1);
         let report = json!({"file": file, "format": conversion.format, "sessionId": session,
@@ -307,8 +399,13 @@ pub fn run(host: &Host, files: &[PathBuf], workspace: Option<&Path>, json_out: b
             if json_out {
                 println!("{report}");
             } else {
-                println!("{}: {} transcript -> session {session}, {} events, {} line(s) skipped",
-                    file.display(), conversion.format, conversion.events.len(), conversion.skipped.len());
+                println!(
+                    "{}: {} transcript -> session {session}, {} events, {} line(s) skipped",
+                    file.display(),
+                    conversion.format,
+                    conversion.events.len(),
+                    conversion.skipped.len()
+                );
                 for (line, why) in conversion.skipped.iter().take(10) {
                     println!("  line {line}: skipped, {why}");
                 }
@@ -326,19 +423,39 @@ mod tests {
     #[test]
     fn session_format_turns_and_tools() {
         let text = concat!(
-            r#"{"type":"summary","summary":"x"}"#, "\n",
-            r#"{"type":"user","cwd":"/w","message":{"role":"user","content":"fix it"}}"#, "\n",
-            r#"{"type":"assistant","message":{"model":"m","content":[{"type":"thinking","thinking":"hm"},{"type":"tool_use","id":"t1","name":"Read","input":{"path":"a"}}],"usage":{"input_tokens":3,"output_tokens":4}}}"#, "\n",
-            r#"{"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"data","is_error":false}]}}"#, "\n",
-            r#"{"type":"weird"}"#, "\n",
-            r#"{"type":"user","message":{"role":"user","content":"thanks"}}"#, "\n",
+            r#"{"type":"summary","summary":"x"}"#,
+            "\n",
+            r#"{"type":"user","cwd":"/w","message":{"role":"user","content":"fix it"}}"#,
+            "\n",
+            r#"{"type":"assistant","message":{"model":"m","content":[{"type":"thinking","thinking":"hm"},{"type":"tool_use","id":"t1","name":"Read","input":{"path":"a"}}],"usage":{"input_tokens":3,"output_tokens":4}}}"#,
+            "\n",
+            r#"{"type":"user","message":{"role":"user","content":[{"type":"tool_result","tool_use_id":"t1","content":"data","is_error":false}]}}"#,
+            "\n",
+            r#"{"type":"weird"}"#,
+            "\n",
+            r#"{"type":"user","message":{"role":"user","content":"thanks"}}"#,
+            "\n",
             r#"{"type":"assistant","mess"#,
         );
         let c = convert(text).unwrap();
         assert_eq!(c.format, "session");
         assert_eq!(c.workspace.as_deref(), Some("/w"));
-        let kinds: Vec<&str> = c.events.iter().map(|e| e["kind"].as_str().unwrap()).collect();
-        assert_eq!(kinds, ["userMessage", "modelCompletion", "toolResult", "turnSettled", "userMessage", "turnSettled"]);
+        let kinds: Vec<&str> = c
+            .events
+            .iter()
+            .map(|e| e["kind"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "userMessage",
+                "modelCompletion",
+                "toolResult",
+                "turnSettled",
+                "userMessage",
+                "turnSettled"
+            ]
+        );
         assert_eq!(c.events[1]["items"][1]["arguments"], r#"{"path":"a"}"#);
         assert_eq!(c.events[2]["bytes"], 4);
         assert_eq!(c.skipped.len(), 2, "{:?}", c.skipped);
@@ -348,19 +465,40 @@ mod tests {
     #[test]
     fn rollout_format() {
         let text = concat!(
-            r#"{"type":"session_meta","payload":{"id":"x","cwd":"/repo"}}"#, "\n",
-            r#"{"type":"response_item","payload":{"type":"message","role":"user","content":[{"type":"input_text","text":"list files"}]}}"#, "\n",
-            r#"{"type":"response_item","payload":{"type":"reasoning","summary":[{"type":"summary_text","text":"use ls"}]}}"#, "\n",
-            r#"{"type":"response_item","payload":{"type":"function_call","name":"shell","arguments":"{\"command\":[\"ls\"]}","call_id":"c1"}}"#, "\n",
-            r#"{"type":"response_item","payload":{"type":"function_call_output","call_id":"c1","output":"{\"output\":\"a\\nb\\n\",\"metadata\":{\"exit_code\":0}}"}}"#, "\n",
-            r#"{"type":"event_msg","payload":{"type":"token_count"}}"#, "\n",
-            r#"{"type":"response_item","payload":{"type":"message","role":"assistant","content":[{"type":"output_text","text":"a and b"}]}}"#, "\n",
+            r#"{"type":"session_meta","payload":{"id":"x","cwd":"/repo"}}"#,
+            "\n",
+            r#"{"type":"response_item","payload":{"type":"message","role":"user","content":[{"type":"input_text","text":"list files"}]}}"#,
+            "\n",
+            r#"{"type":"response_item","payload":{"type":"reasoning","summary":[{"type":"summary_text","text":"use ls"}]}}"#,
+            "\n",
+            r#"{"type":"response_item","payload":{"type":"function_call","name":"shell","arguments":"{\"command\":[\"ls\"]}","call_id":"c1"}}"#,
+            "\n",
+            r#"{"type":"response_item","payload":{"type":"function_call_output","call_id":"c1","output":"{\"output\":\"a\\nb\\n\",\"metadata\":{\"exit_code\":0}}"}}"#,
+            "\n",
+            r#"{"type":"event_msg","payload":{"type":"token_count"}}"#,
+            "\n",
+            r#"{"type":"response_item","payload":{"type":"message","role":"assistant","content":[{"type":"output_text","text":"a and b"}]}}"#,
+            "\n",
         );
         let c = convert(text).unwrap();
         assert_eq!(c.format, "rollout");
         assert_eq!(c.workspace.as_deref(), Some("/repo"));
-        let kinds: Vec<&str> = c.events.iter().map(|e| e["kind"].as_str().unwrap()).collect();
-        assert_eq!(kinds, ["userMessage", "modelCompletion", "modelCompletion", "toolResult", "modelCompletion", "turnSettled"]);
+        let kinds: Vec<&str> = c
+            .events
+            .iter()
+            .map(|e| e["kind"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "userMessage",
+                "modelCompletion",
+                "modelCompletion",
+                "toolResult",
+                "modelCompletion",
+                "turnSettled"
+            ]
+        );
         assert_eq!(c.events[3]["body"], "a\nb\n");
         assert_eq!(c.events[3]["status"], "ok");
         assert!(c.skipped.is_empty(), "{:?}", c.skipped);

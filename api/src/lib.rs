@@ -18,6 +18,7 @@
 //! println!("{}", answer.get());
 //! ```
 #![forbid(unsafe_code)]
+#![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod demo;
 pub mod dispatch;

@@ -65,7 +65,11 @@ impl Out {
 }
 
 /// Runs the server until `input` ends.
-pub fn serve(host: Arc<Host>, mut input: impl BufRead, output: Box<dyn Write + Send>) -> io::Result<()> {
+pub fn serve(
+    host: Arc<Host>,
+    mut input: impl BufRead,
+    output: Box<dyn Write + Send>,
+) -> io::Result<()> {
     let out = Out(Arc::new(Mutex::new(output)));
     let mut waits: Vec<JoinHandle<()>> = Vec::new();
     let mut line = Vec::new();
@@ -116,7 +120,9 @@ fn memchr_newline(buf: &[u8]) -> Option<usize> {
 fn handle_line(host: &Arc<Host>, out: &Out, line: &[u8], waits: &mut Vec<JoinHandle<()>>) {
     let malformed = |message: String| out.answer("null", Err(ApiError::invalid(message)));
     if line.len() > REQUEST_LINE_BYTES_MAX {
-        return malformed(format!("request line longer than {REQUEST_LINE_BYTES_MAX} bytes"));
+        return malformed(format!(
+            "request line longer than {REQUEST_LINE_BYTES_MAX} bytes"
+        ));
     }
     let Ok(text) = std::str::from_utf8(line) else {
         return malformed("request line is not UTF-8".to_owned());
@@ -129,7 +135,10 @@ fn handle_line(host: &Arc<Host>, out: &Out, line: &[u8], waits: &mut Vec<JoinHan
                 .ok()
                 .and_then(|r| r.id.map(|id| id.get().to_owned()))
                 .unwrap_or_else(|| "null".to_owned());
-            return out.answer(&id, Err(ApiError::invalid(format!("malformed request: {err}"))));
+            return out.answer(
+                &id,
+                Err(ApiError::invalid(format!("malformed request: {err}"))),
+            );
         }
     };
     let id = request.id.map(RawValue::get).unwrap_or("null").to_owned();
@@ -139,12 +148,16 @@ fn handle_line(host: &Arc<Host>, out: &Out, line: &[u8], waits: &mut Vec<JoinHan
         if waits.len() >= WAITS_IN_FLIGHT_MAX {
             let err = ApiError::new(
                 ErrorCode::Busy,
-                format!("{WAITS_IN_FLIGHT_MAX} waiting requests are in flight; wait for some to answer"),
+                format!(
+                    "{WAITS_IN_FLIGHT_MAX} waiting requests are in flight; wait for some to answer"
+                ),
             );
             return out.answer(&id, Err(err));
         }
         let (host, out) = (host.clone(), out.clone());
-        waits.push(std::thread::spawn(move || run(&host, &out, &id, &method, params.as_deref())));
+        waits.push(std::thread::spawn(move || {
+            run(&host, &out, &id, &method, params.as_deref())
+        }));
     } else {
         run(host, out, &id, &method, params.as_deref());
     }

@@ -138,7 +138,10 @@ pub enum ReadFileItem {
         content_type: String,
     },
     #[serde(rename_all = "camelCase")]
-    Chunk { offset: u64, data_base64: String },
+    Chunk {
+        offset: u64,
+        data_base64: String,
+    },
     #[serde(rename_all = "camelCase")]
     End {
         version: String,

@@ -15,7 +15,11 @@ use logbook_api::{dispatch, ApiError, ErrorCode, Host};
 mod show;
 
 #[derive(Parser, Debug)]
-#[command(name = "logbook", version, about = "Durable, searchable history for agent sessions")]
+#[command(
+    name = "logbook",
+    version,
+    about = "Durable, searchable history for agent sessions"
+)]
 pub struct Args {
     /// The Root directory (default: $LOGBOOK_ROOT, else `.logbook` in the current directory).
     #[arg(long, global = true)]
@@ -213,7 +217,12 @@ fn derived_operation(prefix: &str, parts: &[&[u8]]) -> String {
         h.update((p.len() as u64).to_le_bytes());
         h.update(p);
     }
-    let hex: String = h.finalize().iter().take(12).map(|b| format!("{b:02x}")).collect();
+    let hex: String = h
+        .finalize()
+        .iter()
+        .take(12)
+        .map(|b| format!("{b:02x}"))
+        .collect();
     format!("{prefix}-{hex}")
 }
 
@@ -236,7 +245,9 @@ fn run_command(ctx: &Ctx, command: Command) -> Result<(), ApiError> {
                 "createSession",
                 json!({"sessionId": id, "workspace": workspace, "operation": op}),
             )?;
-            ctx.print(&v, |v| println!("{}", v["sessionId"].as_str().unwrap_or("")));
+            ctx.print(&v, |v| {
+                println!("{}", v["sessionId"].as_str().unwrap_or(""))
+            });
         }
         Command::Append {
             session,
@@ -277,7 +288,10 @@ fn run_command(ctx: &Ctx, command: Command) -> Result<(), ApiError> {
             let answer = dispatch::call(&ctx.host, "append", Some(&raw), &mut |_| {})?;
             let v: Value = serde_json::from_str(answer.get()).expect("the dispatcher writes JSON");
             ctx.print(&v, |v| {
-                println!("appended sequences {} to {}", v["firstSequence"], v["lastSequence"])
+                println!(
+                    "appended sequences {} to {}",
+                    v["firstSequence"], v["lastSequence"]
+                )
             });
         }
         Command::History {
@@ -376,22 +390,35 @@ fn run_command(ctx: &Ctx, command: Command) -> Result<(), ApiError> {
             let op = operation.unwrap_or_else(|| {
                 derived_operation(
                     "cli-fork",
-                    &[session.as_bytes(), revision.to_string().as_bytes(), from.to_string().as_bytes()],
+                    &[
+                        session.as_bytes(),
+                        revision.to_string().as_bytes(),
+                        from.to_string().as_bytes(),
+                    ],
                 )
             });
             let v = ctx.call(
                 "fork",
                 json!({"sessionId": session, "operation": op, "from": from, "revision": revision}),
             )?;
-            ctx.print(&v, |v| println!("forked into {}", v["sessionId"].as_str().unwrap_or("")));
+            ctx.print(&v, |v| {
+                println!("forked into {}", v["sessionId"].as_str().unwrap_or(""))
+            });
         }
         Command::Diagnostics { session } => {
-            let v = ctx.call("diagnostics", json!({"sessionId": session, "through": null}))?;
-            ctx.print(&v, |v| println!("{}", serde_json::to_string_pretty(v).unwrap_or_default()));
+            let v = ctx.call(
+                "diagnostics",
+                json!({"sessionId": session, "through": null}),
+            )?;
+            ctx.print(&v, |v| {
+                println!("{}", serde_json::to_string_pretty(v).unwrap_or_default())
+            });
         }
         Command::Context { session } => {
             let v = ctx.call("context", json!({"sessionId": session, "through": null}))?;
-            ctx.print(&v, |v| println!("{}", serde_json::to_string_pretty(v).unwrap_or_default()));
+            ctx.print(&v, |v| {
+                println!("{}", serde_json::to_string_pretty(v).unwrap_or_default())
+            });
         }
         Command::Ls { session, path } => {
             let mut after = Value::Null;
@@ -424,7 +451,13 @@ fn run_command(ctx: &Ctx, command: Command) -> Result<(), ApiError> {
                 )?;
                 ctx.print(&v, |v| match v["kind"].as_str() {
                     Some("text") => print!("{}", v["patch"].as_str().unwrap_or("")),
-                    Some(kind) => println!("({kind}{})", v["reason"].as_str().map(|r| format!(": {r}")).unwrap_or_default()),
+                    Some(kind) => println!(
+                        "({kind}{})",
+                        v["reason"]
+                            .as_str()
+                            .map(|r| format!(": {r}"))
+                            .unwrap_or_default()
+                    ),
                     None => println!("{v}"),
                 });
             }
@@ -437,7 +470,10 @@ fn run_command(ctx: &Ctx, command: Command) -> Result<(), ApiError> {
                     .unwrap_or_default();
                 format!("cli-patch-{now}")
             });
-            let info = ctx.call("snapshotPatch", json!({"sessionId": session, "operation": op}))?;
+            let info = ctx.call(
+                "snapshotPatch",
+                json!({"sessionId": session, "operation": op}),
+            )?;
             if ctx.json {
                 println!("{info}");
                 return Ok(());
@@ -454,7 +490,10 @@ fn run_command(ctx: &Ctx, command: Command) -> Result<(), ApiError> {
                     break;
                 }
             }
-            eprintln!("patch {} ({} bytes, {})", info["patchId"], info["bytes"], info["digest"]);
+            eprintln!(
+                "patch {} ({} bytes, {})",
+                info["patchId"], info["bytes"], info["digest"]
+            );
         }
         Command::Verify => {
             let bar = indicatif::ProgressBar::new_spinner();
@@ -468,17 +507,18 @@ fn run_command(ctx: &Ctx, command: Command) -> Result<(), ApiError> {
         Command::Import { files, workspace } => {
             logbook_api::import::run(&ctx.host, &files, workspace.as_deref(), ctx.json)?;
         }
-        Command::Init | Command::Serve | Command::Demo => unreachable!("handled before a Host is opened"),
+        Command::Init | Command::Serve | Command::Demo => {
+            unreachable!("handled before a Host is opened")
+        }
     }
     Ok(())
 }
 
 fn cat(ctx: &Ctx, session: &str, path: &str) -> Result<(), ApiError> {
     use base64::Engine as _;
-    let raw = RawValue::from_string(
-        json!({"sessionId": session, "path": path_param(path)}).to_string(),
-    )
-    .expect("a Value always encodes");
+    let raw =
+        RawValue::from_string(json!({"sessionId": session, "path": path_param(path)}).to_string())
+            .expect("a Value always encodes");
     let mut stdout = io::stdout().lock();
     let mut outcome = None;
     dispatch::call(&ctx.host, "readFile", Some(&raw), &mut |item| {

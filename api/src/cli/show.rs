@@ -38,7 +38,11 @@ pub fn rows(v: &Value) {
         let pos = &row["position"];
         let fields = row["fields"].as_object();
         let text = fields
-            .and_then(|f| ["body", "arguments", "thinking", "name"].iter().find_map(|k| f.get(*k)))
+            .and_then(|f| {
+                ["body", "arguments", "thinking", "name"]
+                    .iter()
+                    .find_map(|k| f.get(*k))
+            })
             .and_then(|f| f["text"].as_str())
             .unwrap_or("");
         let name = fields
@@ -60,7 +64,10 @@ pub fn rows(v: &Value) {
 pub fn hits(ctx: &Ctx, session: &str, v: &Value) {
     for hit in v["hits"].as_array().into_iter().flatten() {
         let pos = &hit["position"];
-        let (start, end) = (hit["start"].as_u64().unwrap_or(0), hit["end"].as_u64().unwrap_or(0));
+        let (start, end) = (
+            hit["start"].as_u64().unwrap_or(0),
+            hit["end"].as_u64().unwrap_or(0),
+        );
         let context = ctx
             .call(
                 "source",
@@ -103,7 +110,11 @@ pub fn git_status(v: &Value) {
     println!("head {}", v["head"].as_str().unwrap_or("(unborn)"));
     for (area, list) in [("staged", &v["staged"]), ("worktree", &v["worktree"])] {
         for c in list.as_array().into_iter().flatten() {
-            println!("{area:<9} {:<12} {}", c["change"].as_str().unwrap_or(""), path_text(&c["path"]));
+            println!(
+                "{area:<9} {:<12} {}",
+                c["change"].as_str().unwrap_or(""),
+                path_text(&c["path"])
+            );
         }
     }
     for u in v["untracked"].as_array().into_iter().flatten() {

@@ -1,4 +1,5 @@
 //! A `logbook serve` child process driven over its standard input and output.
+#![allow(clippy::unwrap_used)]
 #![allow(dead_code)]
 
 use std::collections::HashMap;
@@ -41,14 +42,21 @@ impl Server {
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
-                let value: Value = serde_json::from_str(&line)
-                    .unwrap_or_else(|e| panic!("server wrote a line that is not JSON ({e}): {line}"));
+                let value: Value = serde_json::from_str(&line).unwrap_or_else(|e| {
+                    panic!("server wrote a line that is not JSON ({e}): {line}")
+                });
                 if tx.send(value).is_err() {
                     break;
                 }
             }
         });
-        Server { child, stdin, lines: rx, pending: Vec::new(), next_id: 1 }
+        Server {
+            child,
+            stdin,
+            lines: rx,
+            pending: Vec::new(),
+            next_id: 1,
+        }
     }
 
     pub fn send_line(&mut self, line: &str) {
@@ -72,7 +80,9 @@ impl Server {
         if !self.pending.is_empty() {
             return self.pending.remove(0);
         }
-        self.lines.recv_timeout(ANSWER_WAIT).expect("an answer line in time")
+        self.lines
+            .recv_timeout(ANSWER_WAIT)
+            .expect("an answer line in time")
     }
 
     /// Waits for the final answer (result or error) of `id`, returning it and the items before it.
@@ -96,7 +106,9 @@ impl Server {
             match self.lines.recv_timeout(left) {
                 Ok(line) => self.pending.push(line),
                 Err(RecvTimeoutError::Timeout) => panic!("no answer for request {id} in time"),
-                Err(RecvTimeoutError::Disconnected) => panic!("server closed before answering {id}"),
+                Err(RecvTimeoutError::Disconnected) => {
+                    panic!("server closed before answering {id}")
+                }
             }
         }
     }
@@ -109,7 +121,10 @@ impl Server {
     pub fn ok(&mut self, method: &str, params: Value) -> Value {
         let id = self.request(method, params.clone());
         let answer = self.answer(id);
-        assert!(answer.get("error").is_none(), "{method} {params} failed: {answer}");
+        assert!(
+            answer.get("error").is_none(),
+            "{method} {params} failed: {answer}"
+        );
         answer["result"].clone()
     }
 
@@ -117,8 +132,14 @@ impl Server {
     pub fn err(&mut self, method: &str, params: Value) -> String {
         let id = self.request(method, params.clone());
         let answer = self.answer(id);
-        assert!(answer.get("result").is_none(), "{method} {params} should fail: {answer}");
-        answer["error"]["code"].as_str().expect("error code").to_owned()
+        assert!(
+            answer.get("result").is_none(),
+            "{method} {params} should fail: {answer}"
+        );
+        answer["error"]["code"]
+            .as_str()
+            .expect("error code")
+            .to_owned()
     }
 
     /// Closes stdin and waits for the process to end on its own.
@@ -148,7 +169,10 @@ pub fn path(p: &str) -> Value {
 pub fn digest(bytes: &[u8]) -> String {
     use sha2::Digest as _;
     let h = sha2::Sha256::digest(bytes);
-    format!("sha256:{}", h.iter().map(|b| format!("{b:02x}")).collect::<String>())
+    format!(
+        "sha256:{}",
+        h.iter().map(|b| format!("{b:02x}")).collect::<String>()
+    )
 }
 
 pub fn tool_result(invocation: &str, call: &str, body: &str) -> Value {
