@@ -3,9 +3,9 @@
 use crate::cache::{BlockCache, BLOCK_CACHE_BLOCKS};
 use crate::error::LogError;
 use crate::format::{
-    active_name, check_header, cut_name, decode_frame_header, encode_frame, encode_header,
-    parse_name, sealed_name, FileRole, ACTIVE_FORMAT, BATCH_BYTES_MAX, FRAME_HEADER_BYTES,
-    HEADER_BYTES, RECORD_PAYLOAD_BYTES_MAX,
+    active_name, check_header, cut_name, decode_frame_header, encode_cut_header, encode_frame,
+    encode_header, parse_name, sealed_name, FileRole, ACTIVE_FORMAT, BATCH_BYTES_MAX,
+    CUT_HEADER_BYTES, FRAME_HEADER_BYTES, HEADER_BYTES, RECORD_PAYLOAD_BYTES_MAX,
 };
 use crate::io::{read_exact_at, write_all_at, FileSystem, IoFile, RealFs};
 use crate::sealed::{self, SealedSegment};
@@ -699,7 +699,10 @@ fn cut_tail(
         let c = fs
             .create_new(&copy)
             .map_err(|e| LogError::io(&copy, "create", e))?;
-        write_all_at(&*c, tail, 0).map_err(|e| LogError::io(&copy, "write", e))?;
+        let mut bytes = Vec::with_capacity(CUT_HEADER_BYTES as usize + tail.len());
+        bytes.extend_from_slice(&encode_cut_header(n, cut));
+        bytes.extend_from_slice(tail);
+        write_all_at(&*c, &bytes, 0).map_err(|e| LogError::io(&copy, "write", e))?;
         c.sync_data()
             .map_err(|e| LogError::io(&copy, "fdatasync", e))?;
         fs.sync_dir(dir)

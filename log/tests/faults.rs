@@ -92,7 +92,13 @@ fn short_write_poisons_and_is_cut_on_reopen() {
         "half of the two-frame batch reached the file"
     );
     let copy = recovery.cut_copy.clone().unwrap();
-    assert_eq!(std::fs::read(&copy).unwrap().len(), 1024);
+    let kept = std::fs::read(&copy).unwrap();
+    assert_eq!(&kept[..8], b"LGBKCUTS", "the copy says what it is");
+    assert_eq!(
+        kept.len(),
+        40 + 1024,
+        "a 40-byte header, then the cut bytes"
+    );
     assert_eq!(payloads(&log), [b"kept".to_vec()]);
     log.append(&rec(b"next")).unwrap();
     drop(log);
