@@ -13,9 +13,11 @@ use crate::walk::{judge_tail, walk, Tail};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 /// Default size at which a segment rolls (configurable per log).
 pub const SEGMENT_BYTES_MAX: u64 = 64 << 20;
@@ -23,6 +25,12 @@ pub const SEGMENT_BYTES_MAX: u64 = 64 << 20;
 pub const SEGMENT_BYTES_MIN: u64 = 64;
 /// In `NoSyncBulkImport` mode, appends are buffered in memory up to this many bytes.
 pub const WRITE_BUFFER_BYTES: usize = 1 << 20;
+/// Longest time a group-commit leader waits, before its fdatasync, for the appenders the
+/// previous sync released to write again. Without it, concurrent writers split into two
+/// cohorts that alternate and each sync covers only half of them. The wait is also capped at
+/// a quarter of the previous sync's duration, and happens only when that sync covered more
+/// than one batch (a lone writer never waits).
+pub const GROUP_COMMIT_GATHER_MAX: Duration = Duration::from_millis(1);
 /// Above this, the writer's buffer is released after a flush instead of kept for reuse.
 const WRITE_BUFFER_KEEP_BYTES: usize = 4 << 20;
 
@@ -166,6 +174,9 @@ struct Commit {
     synced_seq: u64,
     leader: bool,
     failed: Option<String>,
+    /// Batches the last sync made durable, and how long it took (for gathering).
+    last_group: u64,
+    last_sync: Duration,
 }
 
 #[derive(Debug, Default)]
@@ -189,6 +200,8 @@ struct Shared {
     cache: Mutex<BlockCache>,
     seal: Mutex<SealState>,
     seal_cv: Condvar,
+    /// Mirror of `Writer::seq`, read without the lock by a gathering leader.
+    written_seq: AtomicU64,
 }
 
 /// The segmented append-only log. `Send + Sync`: share it with `Arc`.
@@ -492,6 +505,7 @@ impl Log {
             cache: Mutex::new(BlockCache::new(BLOCK_CACHE_BLOCKS)),
             seal: Mutex::new(SealState::default()),
             seal_cv: Condvar::new(),
+            written_seq: AtomicU64::new(0),
         });
         let worker = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
@@ -821,6 +835,7 @@ impl Shared {
                 }
                 w.seq += 1;
                 let mine = w.seq;
+                self.written_seq.store(mine, Ordering::Release);
                 drop(w);
                 self.wait_durable(mine)?;
                 Ok(locations)
@@ -846,7 +861,17 @@ impl Shared {
                 continue;
             }
             c.leader = true;
+            let (group, last_sync, synced) = (c.last_group, c.last_sync, c.synced_seq);
             drop(c);
+            if group > 1 {
+                let until = Instant::now() + (last_sync / 4).min(GROUP_COMMIT_GATHER_MAX);
+                while self.written_seq.load(Ordering::Acquire) < synced + group
+                    && Instant::now() < until
+                {
+                    std::thread::yield_now();
+                }
+            }
+            let sync_started = Instant::now();
             let (file, path, seq, segment, written) = {
                 let w = lock(&self.writer);
                 (
@@ -882,7 +907,11 @@ impl Shared {
             c = lock(&self.commit);
             c.leader = false;
             match r {
-                Ok(()) => c.synced_seq = c.synced_seq.max(seq),
+                Ok(()) => {
+                    c.last_group = seq.saturating_sub(c.synced_seq);
+                    c.last_sync = sync_started.elapsed();
+                    c.synced_seq = c.synced_seq.max(seq);
+                }
                 Err(e) => {
                     let msg = format!("fdatasync of {} failed: {e}", path.display());
                     c.failed.get_or_insert(msg);

@@ -376,3 +376,10 @@ fn log_files(d: &Path, suffix: &str) -> Vec<std::path::PathBuf> {
     v.sort();
     v
 }
+
+#[test]
+fn log_is_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Log>();
+    check::<LogError>();
+}

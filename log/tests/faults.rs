@@ -239,3 +239,29 @@ fn sealing_interrupted_at_every_step_recovers() {
         assert_eq!(log.verify().unwrap().records, 40);
     }
 }
+
+#[test]
+fn concurrent_appenders_share_syncs() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("l");
+    let (log, faults) = faulty(&d, cfg(64 << 20));
+    let log = Arc::new(log);
+    let before = faults.count(Op::Sync);
+    let threads: Vec<_> = (0..8u8)
+        .map(|t| {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                for i in 0..40u8 {
+                    log.append(&rec(&[t, i])).unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let syncs = faults.count(Op::Sync) - before;
+    println!("320 synced appends from 8 threads took {syncs} fdatasyncs");
+    assert!(syncs < 320, "group commit shares syncs: {syncs}");
+    assert_eq!(payloads(&log).len(), 320);
+}
