@@ -1042,6 +1042,12 @@ impl Shared {
                     // Published but still in the writer's buffer (NoSyncBulkImport): flush it.
                     {
                         let mut w = lock(&self.writer);
+                        if let Some(cause) = &w.poisoned {
+                            // The buffer's write failed once; writing it now would be a retry.
+                            return Err(LogError::Poisoned {
+                                cause: cause.clone(),
+                            });
+                        }
                         if let Err(e) = self.flush(&mut w) {
                             self.poison(&mut w, &e);
                             return Err(e);

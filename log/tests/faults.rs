@@ -265,3 +265,23 @@ fn concurrent_appenders_share_syncs() {
     assert!(syncs < 320, "group commit shares syncs: {syncs}");
     assert_eq!(payloads(&log).len(), 320);
 }
+
+#[test]
+fn nosync_buffer_is_not_rewritten_after_a_failed_flush() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("l");
+    let c = LogConfig {
+        segment_bytes_max: 1 << 20,
+        durability: Durability::NoSyncBulkImport,
+    };
+    let (log, faults) = faulty(&d, c.clone());
+    let at = log.append(&rec(b"buffered")).unwrap()[0];
+    faults.arm(Op::Write, 0, Injected::Eio);
+    assert_eq!(log.sync().unwrap_err().kind(), ErrorKind::Io);
+    // The record was published from the buffer, but its write failed: a read must not write
+    // the buffer again behind the caller's back.
+    assert!(matches!(log.read(at), Err(LogError::Poisoned { .. })));
+    drop(log);
+    let (log, _) = Log::open(&d, c).unwrap();
+    assert!(payloads(&log).is_empty());
+}
