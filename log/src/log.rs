@@ -8,7 +8,7 @@ use crate::format::{
     CUT_HEADER_BYTES, FRAME_HEADER_BYTES, HEADER_BYTES, RECORD_PAYLOAD_BYTES_MAX,
 };
 use crate::io::{read_exact_at, write_all_at, FileSystem, IoFile, RealFs};
-use crate::sealed::{self, SealedSegment};
+use crate::sealed::{self, BlockHint, SealedSegment};
 use crate::walk::{judge_tail, walk, Tail};
 use std::collections::BTreeMap;
 use std::fmt;
@@ -546,7 +546,7 @@ impl Log {
         }
         let (seg, bound) = self.shared.segment_for(at.segment, end)?;
         self.shared
-            .read_record(&seg, at.segment, at.offset, bound)
+            .read_record(&seg, at.segment, at.offset, bound, &mut None)
             .map(|(r, _, _)| r)
     }
 
@@ -571,6 +571,7 @@ impl Log {
             pos: from,
             end,
             cur: None,
+            hint: None,
             error,
             done: false,
         }
@@ -1033,9 +1034,15 @@ impl Shared {
         Ok((e.seg.clone(), bound))
     }
 
-    fn read_bytes(&self, seg: &Seg, offset: u64, buf: &mut [u8]) -> Result<(), LogError> {
+    fn read_bytes(
+        &self,
+        seg: &Seg,
+        offset: u64,
+        buf: &mut [u8],
+        hint: &mut BlockHint,
+    ) -> Result<(), LogError> {
         match seg {
-            Seg::Sealed(s) => s.read(offset, buf, &self.cache),
+            Seg::Sealed(s) => s.read(offset, buf, &self.cache, hint),
             Seg::Active(a) => match read_exact_at(&*a.file, buf, offset) {
                 Ok(()) => Ok(()),
                 Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
@@ -1076,6 +1083,7 @@ impl Shared {
         segment: u64,
         offset: u64,
         bound: u64,
+        hint: &mut BlockHint,
     ) -> Result<(OwnedRecord, bool, u64), LogError> {
         let path = Self::seg_path(seg);
         if offset < HEADER_BYTES || offset.saturating_add(FRAME_HEADER_BYTES) > bound {
@@ -1084,7 +1092,7 @@ impl Shared {
             )));
         }
         let mut h = [0u8; FRAME_HEADER_BYTES as usize];
-        self.read_bytes(seg, offset, &mut h)?;
+        self.read_bytes(seg, offset, &mut h, hint)?;
         let fh = decode_frame_header(&h, segment, offset).map_err(|_| {
             LogError::corrupt(
                 path,
@@ -1103,8 +1111,20 @@ impl Shared {
                 ),
             ));
         }
-        let mut payload = vec![0u8; fh.len as usize];
-        self.read_bytes(seg, offset + FRAME_HEADER_BYTES, &mut payload)?;
+        let mut payload = Vec::new();
+        match seg {
+            Seg::Sealed(s) => s.read_to(
+                offset + FRAME_HEADER_BYTES,
+                fh.len as usize,
+                &mut payload,
+                &self.cache,
+                hint,
+            )?,
+            Seg::Active(_) => {
+                payload.resize(fh.len as usize, 0);
+                self.read_bytes(seg, offset + FRAME_HEADER_BYTES, &mut payload, hint)?;
+            }
+        }
         if !crate::format::check_payload(&h, &fh, segment, offset, &payload) {
             return Err(LogError::corrupt(path, offset, "record checksum mismatch"));
         }
@@ -1178,7 +1198,12 @@ impl Shared {
                         .map_err(|e| LogError::io(&path, "read", e))?;
                     check_header(&path, &data, ACTIVE_FORMAT, n)?;
                     if bound > HEADER_BYTES {
-                        self.read_bytes(&e.seg, HEADER_BYTES, &mut data[HEADER_BYTES as usize..])?;
+                        self.read_bytes(
+                            &e.seg,
+                            HEADER_BYTES,
+                            &mut data[HEADER_BYTES as usize..],
+                            &mut None,
+                        )?;
                     }
                     data
                 }
@@ -1228,6 +1253,7 @@ pub struct Scan<'a> {
     pos: Location,
     end: Location,
     cur: Option<(u64, Seg, u64)>,
+    hint: BlockHint,
     error: Option<LogError>,
     done: bool,
 }
@@ -1278,7 +1304,13 @@ impl Iterator for Scan<'_> {
                 };
                 continue;
             }
-            return match shared.read_record(&seg, self.pos.segment, self.pos.offset, bound) {
+            return match shared.read_record(
+                &seg,
+                self.pos.segment,
+                self.pos.offset,
+                bound,
+                &mut self.hint,
+            ) {
                 Ok((rec, last, next)) => {
                     let at = self.pos;
                     self.pos.offset = next;
