@@ -74,7 +74,8 @@ fn read(c: &mut Criterion) {
         let mut written = 0usize;
         let mut i = 0u64;
         while written < READ_BYTES {
-            let line = format!("{i:>10} the quick brown fox jumps over the lazy dog; fn main() {{}}\n");
+            let line =
+                format!("{i:>10} the quick brown fox jumps over the lazy dog; fn main() {{}}\n");
             let take = line.len().min(READ_BYTES - written);
             out.write_all(&line.as_bytes()[..take]).expect("write");
             written += take;
@@ -83,7 +84,10 @@ fn read(c: &mut Criterion) {
         out.flush().expect("flush");
     }
     let bytes = std::fs::read(&file).expect("read");
-    let options = WorkspaceOptions { read_bytes_max: 2 * READ_BYTES as u64, ..WorkspaceOptions::default() };
+    let options = WorkspaceOptions {
+        read_bytes_max: 2 * READ_BYTES as u64,
+        ..WorkspaceOptions::default()
+    };
     let ws = Workspace::open_with(dir.path(), &[], options).expect("open workspace");
     let path = RelPath::parse(b"big.txt").expect("path");
 
@@ -96,7 +100,20 @@ fn read(c: &mut Criterion) {
             other => panic!("unexpected {other:?}"),
         })
     });
-    g.bench_function("sha2_in_memory", |b| b.iter(|| black_box(Sha256::digest(black_box(&bytes)))));
+    let serial = WorkspaceOptions {
+        read_pipeline_bytes_min: u64::MAX,
+        ..options
+    };
+    let ws_serial = Workspace::open_with(dir.path(), &[], serial).expect("open workspace");
+    g.bench_function("workspace_read_one_thread", |b| {
+        b.iter(|| match ws_serial.read(&path, None).expect("read") {
+            ReadOutcome::Content(c) => black_box(c.size),
+            other => panic!("unexpected {other:?}"),
+        })
+    });
+    g.bench_function("sha2_in_memory", |b| {
+        b.iter(|| black_box(Sha256::digest(black_box(&bytes))))
+    });
     g.bench_function("std_fs_read_then_sha2", |b| {
         b.iter(|| {
             let data = std::fs::read(&file).expect("read");

@@ -59,6 +59,7 @@ pub use list::{
 pub use path::{RelPath, ALWAYS_HIDDEN_NAMES, NAME_BYTES_MAX, PATH_BYTES_MAX};
 pub use read::{
     file_version, Content, ReadOutcome, CHUNK_BYTES_MAX, READ_ATTEMPTS_MAX, READ_FILE_BYTES_MAX,
+    READ_PIPELINE_BYTES_MIN,
 };
 pub use resolve::{openat2_available, ResolverMode};
 pub use watch::{DirWatch, WatchEvent, WatcherMode, WATCH_POLL_INTERVAL_MS, WATCH_RECHECK_MS};
@@ -74,6 +75,9 @@ pub struct WorkspaceOptions {
     pub read_bytes_max: u64,
     /// Soft size target of a listing page, in estimated wire bytes.
     pub page_bytes_max: usize,
+    /// Files at least this large are hashed on a second thread while being read
+    /// (lower latency on an idle machine, about 20% more CPU in total).
+    pub read_pipeline_bytes_min: u64,
 }
 
 impl Default for WorkspaceOptions {
@@ -83,6 +87,7 @@ impl Default for WorkspaceOptions {
             watcher: WatcherMode::Auto,
             read_bytes_max: READ_FILE_BYTES_MAX,
             page_bytes_max: PAGE_BYTES_SOFT_MAX,
+            read_pipeline_bytes_min: READ_PIPELINE_BYTES_MIN,
         }
     }
 }
@@ -168,6 +173,7 @@ impl Workspace {
             root: self.root.as_fd(),
             hidden: &self.hidden,
             bytes_max: self.options.read_bytes_max,
+            pipeline_bytes_min: self.options.read_pipeline_bytes_min,
         };
         read::read(&cx, path, expected_version)
     }
@@ -182,5 +188,16 @@ impl Workspace {
             watcher: self.options.watcher,
         };
         watch::watch(&cx, path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn handles_cross_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        fn send<T: Send>() {}
+        send_sync::<super::Workspace>();
+        send::<super::DirWatch>();
     }
 }

@@ -30,8 +30,9 @@ pub const CHUNK_BYTES_MAX: usize = 32 << 10;
 pub const READ_ATTEMPTS_MAX: u32 = 3;
 /// Bytes read (then hashed and validated) per `read` call, sized to stay in cache.
 const READ_STEP_BYTES: usize = 256 << 10;
-/// Files at least this large are hashed on a second thread while reading goes on.
-const PIPELINE_BYTES_MIN: usize = 4 << 20;
+/// Default size from which a file is hashed on a second thread while reading goes on
+/// (`WorkspaceOptions::read_pipeline_bytes_min`; `u64::MAX` keeps every read on one thread).
+pub const READ_PIPELINE_BYTES_MIN: u64 = 4 << 20;
 /// Read steps that may wait for the hashing thread.
 const PIPELINE_DEPTH: usize = 8;
 /// Prefix and domain of version strings; a new scheme gets a new prefix.
@@ -146,6 +147,7 @@ pub(crate) struct ReadContext<'a> {
     pub(crate) root: BorrowedFd<'a>,
     pub(crate) hidden: &'a HiddenSet,
     pub(crate) bytes_max: u64,
+    pub(crate) pipeline_bytes_min: u64,
 }
 
 enum Attempt {
@@ -286,7 +288,7 @@ fn load(
     })?;
     let mut bytes: Vec<u8> = Vec::with_capacity(expected.saturating_add(1));
     let spare = bytes.spare_capacity_mut();
-    let filled = if expected >= PIPELINE_BYTES_MIN {
+    let filled = if before.size >= cx.pipeline_bytes_min {
         fill_pipelined(fd, spare)
     } else {
         let mut hasher = Sha256::new();

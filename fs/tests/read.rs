@@ -367,3 +367,33 @@ fn concurrent_writes_never_give_torn_content() {
     eprintln!("{contents} contents, {changed} changed");
     assert!(contents + changed > 0);
 }
+
+#[test]
+fn pipelined_and_single_thread_reads_agree() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let mut text = String::new();
+    while text.len() < 9 << 20 {
+        text.push_str("ab€😀 line\n");
+    }
+    std::fs::write(t.path().join("t"), &text).expect("write");
+    std::fs::write(t.path().join("b"), [text.as_bytes(), b"\xc3"].concat()).expect("write");
+    let open = |min: u64| {
+        let o = WorkspaceOptions {
+            read_pipeline_bytes_min: min,
+            ..WorkspaceOptions::default()
+        };
+        Workspace::open_with(t.path(), &[], o).expect("open")
+    };
+    let (piped, single) = (open(0), open(u64::MAX));
+    let a = content(piped.read(&rel(b"t"), None).expect("read"));
+    assert_eq!(a, content(single.read(&rel(b"t"), None).expect("read")));
+    assert_eq!(a.digest, sha256sum(&t.path().join("t")));
+    assert_eq!(
+        piped.read(&rel(b"b"), None).expect("read"),
+        ReadOutcome::Binary
+    );
+    assert_eq!(
+        single.read(&rel(b"b"), None).expect("read"),
+        ReadOutcome::Binary
+    );
+}
