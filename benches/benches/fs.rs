@@ -13,7 +13,9 @@ use std::io::Write;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use logbook_fs::{ReadOutcome, RelPath, Workspace, WorkspaceOptions, LIST_CACHE_RACY_SECS};
+use logbook_fs::{
+    ReadOutcome, ReadPipeline, RelPath, Workspace, WorkspaceOptions, LIST_CACHE_RACY_SECS,
+};
 use sha2::{Digest, Sha256};
 
 const LIST_ENTRIES: usize = 100_000;

@@ -58,8 +58,8 @@ pub use list::{
 };
 pub use path::{RelPath, ALWAYS_HIDDEN_NAMES, NAME_BYTES_MAX, PATH_BYTES_MAX};
 pub use read::{
-    file_version, Content, ReadOutcome, CHUNK_BYTES_MAX, READ_ATTEMPTS_MAX, READ_FILE_BYTES_MAX,
-    READ_PIPELINE_BYTES_MIN,
+    file_version, Content, ReadOutcome, ReadPipeline, CHUNK_BYTES_MAX, READ_ATTEMPTS_MAX,
+    READ_FILE_BYTES_MAX, READ_PIPELINE_BYTES_MIN,
 };
 pub use resolve::{openat2_available, ResolverMode};
 pub use watch::{DirWatch, WatchEvent, WatcherMode, WATCH_POLL_INTERVAL_MS, WATCH_RECHECK_MS};
@@ -75,9 +75,8 @@ pub struct WorkspaceOptions {
     pub read_bytes_max: u64,
     /// Soft size target of a listing page, in estimated wire bytes.
     pub page_bytes_max: usize,
-    /// Files at least this large are hashed on a second thread while being read
-    /// (lower latency on an idle machine, about 20% more CPU in total).
-    pub read_pipeline_bytes_min: u64,
+    /// Whether large reads hash on a second thread.
+    pub read_pipeline: ReadPipeline,
 }
 
 impl Default for WorkspaceOptions {
@@ -87,7 +86,7 @@ impl Default for WorkspaceOptions {
             watcher: WatcherMode::Auto,
             read_bytes_max: READ_FILE_BYTES_MAX,
             page_bytes_max: PAGE_BYTES_SOFT_MAX,
-            read_pipeline_bytes_min: READ_PIPELINE_BYTES_MIN,
+            read_pipeline: ReadPipeline::Auto,
         }
     }
 }
@@ -173,7 +172,7 @@ impl Workspace {
             root: self.root.as_fd(),
             hidden: &self.hidden,
             bytes_max: self.options.read_bytes_max,
-            pipeline_bytes_min: self.options.read_pipeline_bytes_min,
+            pipeline: self.options.read_pipeline,
         };
         read::read(&cx, path, expected_version)
     }

@@ -6,8 +6,8 @@ use std::process::Command;
 
 use common::*;
 use logbook_fs::{
-    Content, ErrorKind, FsError, ReadOutcome, RelPath, ResolverMode, Workspace, WorkspaceOptions,
-    CHUNK_BYTES_MAX,
+    Content, ErrorKind, FsError, ReadOutcome, ReadPipeline, RelPath, ResolverMode, Workspace,
+    WorkspaceOptions, CHUNK_BYTES_MAX,
 };
 
 fn content(o: ReadOutcome) -> Content {
@@ -377,14 +377,14 @@ fn pipelined_and_single_thread_reads_agree() {
     }
     std::fs::write(t.path().join("t"), &text).expect("write");
     std::fs::write(t.path().join("b"), [text.as_bytes(), b"\xc3"].concat()).expect("write");
-    let open = |min: u64| {
+    let open = |read_pipeline: ReadPipeline| {
         let o = WorkspaceOptions {
-            read_pipeline_bytes_min: min,
+            read_pipeline,
             ..WorkspaceOptions::default()
         };
         Workspace::open_with(t.path(), &[], o).expect("open")
     };
-    let (piped, single) = (open(0), open(u64::MAX));
+    let (piped, single) = (open(ReadPipeline::Always), open(ReadPipeline::Never));
     let a = content(piped.read(&rel(b"t"), None).expect("read"));
     assert_eq!(a, content(single.read(&rel(b"t"), None).expect("read")));
     assert_eq!(a.digest, sha256sum(&t.path().join("t")));
