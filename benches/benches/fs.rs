@@ -102,17 +102,23 @@ fn read(c: &mut Criterion) {
             other => panic!("unexpected {other:?}"),
         })
     });
-    let serial = WorkspaceOptions {
-        read_pipeline_bytes_min: u64::MAX,
-        ..options
-    };
-    let ws_serial = Workspace::open_with(dir.path(), &[], serial).expect("open workspace");
-    g.bench_function("workspace_read_one_thread", |b| {
-        b.iter(|| match ws_serial.read(&path, None).expect("read") {
-            ReadOutcome::Content(c) => black_box(c.size),
-            other => panic!("unexpected {other:?}"),
-        })
-    });
+    let forced = [
+        ("workspace_read_one_thread", ReadPipeline::Never),
+        ("workspace_read_two_threads", ReadPipeline::Always),
+    ];
+    for (name, read_pipeline) in forced {
+        let options = WorkspaceOptions {
+            read_pipeline,
+            ..options
+        };
+        let ws = Workspace::open_with(dir.path(), &[], options).expect("open workspace");
+        g.bench_function(name, |b| {
+            b.iter(|| match ws.read(&path, None).expect("read") {
+                ReadOutcome::Content(c) => black_box(c.size),
+                other => panic!("unexpected {other:?}"),
+            })
+        });
+    }
     g.bench_function("sha2_in_memory", |b| {
         b.iter(|| black_box(Sha256::digest(black_box(&bytes))))
     });
