@@ -1,6 +1,7 @@
 //! Opening a workspace's repository and refusing, before gix does any work that could
 //! run a configured command, everything that cannot be shown faithfully.
 
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use gix::bstr::{BStr, ByteSlice};
@@ -153,15 +154,27 @@ fn strip_filter_drivers(
 /// (shared index expiry, replaced entries) are refused instead, so the raw file is checked
 /// for a `link` extension.
 fn check_split_index(repo: &gix::Repository, workspace: &Path) -> Result<(), GitError> {
+    // A split index always has its shared part beside it as `sharedindex.<id>`; without
+    // one there is nothing to check, and the index is not parsed a second time.
+    let git_dir = repo.git_dir();
+    let entries = std::fs::read_dir(git_dir).map_err(|e| GitError::io(git_dir, "list", e))?;
+    let mut shared = false;
+    for entry in entries {
+        let entry = entry.map_err(|e| GitError::io(git_dir, "list", e))?;
+        if entry.file_name().as_bytes().starts_with(b"sharedindex.") {
+            shared = true;
+            break;
+        }
+    }
+    if !shared {
+        return Ok(());
+    }
     let path = repo.index_path();
     let data = match std::fs::read(&path) {
         Ok(d) => d,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(GitError::io(&path, "read", e)),
     };
-    if !data.windows(4).any(|w| w == b"link") {
-        return Ok(());
-    }
     let (state, _) = gix::index::State::from_bytes(
         &data,
         std::time::SystemTime::UNIX_EPOCH.into(),
