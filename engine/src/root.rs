@@ -799,7 +799,8 @@ impl Root {
         })
     }
 
-    /// Walks every checksum of the Root: the Root log, every Session log, every blob.
+    /// Walks every checksum of the Root (the Root log, every Session log, every blob) and checks
+    /// every derived index entry against its log.
     pub fn verify(&self) -> Result<VerifyReport, EngineError> {
         let mut report = VerifyReport::default();
         let r = self.shared.root_log.verify()?;
@@ -813,6 +814,7 @@ impl Root {
         for id in &ids {
             let s = self.session(id)?;
             let v = s.log().verify()?;
+            s.verify_derived()?;
             report.sessions += 1;
             report.records += v.records;
             report.bytes += v.bytes;

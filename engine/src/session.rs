@@ -543,6 +543,91 @@ impl Session {
         *rev
     }
 
+    /// Replays the whole log and checks every derived entry (sequence, row and receipt
+    /// indexes, and the state) against it. O(history): this is `verify`, not `open`.
+    pub(crate) fn verify_derived(&self) -> Result<(), EngineError> {
+        let inner = self.read();
+        let rev = inner.state.revision;
+        let ix = self.dir.join("index files");
+        let mismatch = |what: String| {
+            EngineError::corrupt(
+                &ix,
+                format!("{what}; delete the Session's .idx and .ckpt files to rebuild them"),
+            )
+        };
+        let mut state = State::default();
+        let (mut row, mut receipt) = (0u64, 0u64);
+        for item in self.log.scan(self.log.start()) {
+            let (loc, record, _) = item?;
+            match record.kind {
+                records::KIND_EVENT => {
+                    let er: EventRecord =
+                        records::decode(self.log.dir(), "an event record", &record.payload)?;
+                    if er.sequence > rev {
+                        break;
+                    }
+                    if er.sequence != state.revision + 1 {
+                        return Err(EngineError::corrupt(
+                            self.log.dir(),
+                            format!("event {} out of order at {loc:?}", er.sequence),
+                        ));
+                    }
+                    if inner.seq.get(er.sequence - 1)
+                        != Some(&loc_entry(loc, kind_code(&er.event))[..])
+                    {
+                        return Err(mismatch(format!(
+                            "seq.idx entry for event {} is wrong",
+                            er.sequence
+                        )));
+                    }
+                    for (i, r) in rows_of(&er.event).iter().enumerate() {
+                        let hidden = r.internal
+                            || (r.kind == RowKind::ToolResult
+                                && r.tool_call_id.is_some_and(|id| state.is_internal_call(id)));
+                        let want = RowEntry {
+                            sequence: er.sequence,
+                            item: i as u32,
+                            kind: r.kind,
+                            hidden,
+                        };
+                        if inner.row(row) != Some(want) {
+                            return Err(mismatch(format!(
+                                "row.idx entry {row} is wrong (want {want:?})"
+                            )));
+                        }
+                        row += 1;
+                    }
+                    state.apply(er.sequence, &er.event);
+                }
+                records::KIND_RECEIPT => {
+                    let r: Receipt =
+                        records::decode(self.log.dir(), "a receipt record", &record.payload)?;
+                    let e = inner.receipts.get(receipt);
+                    let ok = e.is_some_and(|e| {
+                        e[0..8] == records::operation_hash(&r.operation).to_le_bytes()
+                            && entry_loc(e, 8) == loc
+                    });
+                    if !ok {
+                        return Err(mismatch(format!("receipt.idx entry {receipt} is wrong")));
+                    }
+                    receipt += 1;
+                }
+                other => {
+                    return Err(EngineError::corrupt(
+                        self.log.dir(),
+                        format!("unknown record kind {other} at {loc:?}"),
+                    ))
+                }
+            }
+        }
+        if state != inner.state || row != inner.rows.len() || receipt != inner.receipts.len() {
+            return Err(mismatch(
+                "derived state or index lengths differ from the log".into(),
+            ));
+        }
+        Ok(())
+    }
+
     /// Makes the indexes durable and writes a checkpoint of the state they cover.
     pub(crate) fn sync_indexes(&self) -> Result<(), EngineError> {
         if !self.dirty.swap(false, Ordering::AcqRel) {
