@@ -182,9 +182,17 @@ pub enum Injected {
     Eio,
 }
 
+#[derive(Debug)]
+struct Rule {
+    op: Op,
+    path_contains: Option<String>,
+    skip: u64,
+    what: Injected,
+}
+
 #[derive(Debug, Default)]
 struct FaultState {
-    armed: HashMap<Op, (u64, Injected)>,
+    armed: Vec<Rule>,
     counts: HashMap<Op, u64>,
 }
 
@@ -195,11 +203,27 @@ pub struct Faults(Arc<Mutex<FaultState>>);
 impl Faults {
     /// Makes the `(skip + 1)`-th call of `op` from now fail once with `what`.
     pub fn arm(&self, op: Op, skip: u64, what: Injected) {
-        self.lock().armed.insert(op, (skip, what));
+        self.push(op, None, skip, what);
+    }
+    /// Like [`Faults::arm`], counting only calls on paths that contain `path_contains`.
+    pub fn arm_on(&self, op: Op, path_contains: &str, skip: u64, what: Injected) {
+        self.push(op, Some(path_contains.to_string()), skip, what);
+    }
+    fn push(&self, op: Op, path_contains: Option<String>, skip: u64, what: Injected) {
+        self.lock().armed.push(Rule {
+            op,
+            path_contains,
+            skip,
+            what,
+        });
     }
     /// Removes every armed fault.
     pub fn clear(&self) {
         self.lock().armed.clear();
+    }
+    /// Whether every armed fault has fired.
+    pub fn all_fired(&self) -> bool {
+        self.lock().armed.is_empty()
     }
     /// How many calls of `op` were made so far.
     pub fn count(&self, op: Op) -> u64 {
@@ -208,15 +232,17 @@ impl Faults {
     fn lock(&self) -> std::sync::MutexGuard<'_, FaultState> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
-    fn hit(&self, op: Op) -> Option<Injected> {
+    fn hit(&self, op: Op, path: &Path) -> Option<Injected> {
         let mut s = self.lock();
         *s.counts.entry(op).or_insert(0) += 1;
-        let (skip, what) = s.armed.get(&op).copied()?;
-        if skip == 0 {
-            s.armed.remove(&op);
-            Some(what)
+        let path = path.to_string_lossy();
+        let i = s.armed.iter().position(|r| {
+            r.op == op && r.path_contains.as_deref().is_none_or(|c| path.contains(c))
+        })?;
+        if s.armed[i].skip == 0 {
+            Some(s.armed.remove(i).what)
         } else {
-            s.armed.insert(op, (skip - 1, what));
+            s.armed[i].skip -= 1;
             None
         }
     }
@@ -246,15 +272,16 @@ impl FaultyFs {
             faults,
         )
     }
-    fn check(&self, op: Op) -> io::Result<()> {
-        match self.faults.hit(op) {
+    fn check(&self, op: Op, path: &Path) -> io::Result<()> {
+        match self.faults.hit(op, path) {
             Some(what) => Err(injected_error(what)),
             None => Ok(()),
         }
     }
-    fn wrap(&self, f: Arc<dyn IoFile>) -> Arc<dyn IoFile> {
+    fn wrap(&self, f: Arc<dyn IoFile>, path: &Path) -> Arc<dyn IoFile> {
         Arc::new(FaultyFile {
             inner: f,
+            path: path.to_path_buf(),
             faults: self.faults.clone(),
         })
     }
@@ -263,18 +290,19 @@ impl FaultyFs {
 #[derive(Debug)]
 struct FaultyFile {
     inner: Arc<dyn IoFile>,
+    path: std::path::PathBuf,
     faults: Faults,
 }
 
 impl IoFile for FaultyFile {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        if let Some(what) = self.faults.hit(Op::Read) {
+        if let Some(what) = self.faults.hit(Op::Read, &self.path) {
             return Err(injected_error(what));
         }
         self.inner.read_at(buf, offset)
     }
     fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<usize> {
-        match self.faults.hit(Op::Write) {
+        match self.faults.hit(Op::Write, &self.path) {
             Some(Injected::ShortWrite) => {
                 write_all_at(&*self.inner, &buf[..buf.len() / 2], offset)?;
                 Err(injected_error(Injected::ShortWrite))
@@ -284,7 +312,7 @@ impl IoFile for FaultyFile {
         }
     }
     fn sync_data(&self) -> io::Result<()> {
-        if let Some(what) = self.faults.hit(Op::Sync) {
+        if let Some(what) = self.faults.hit(Op::Sync, &self.path) {
             return Err(injected_error(what));
         }
         self.inner.sync_data()
@@ -302,25 +330,25 @@ impl IoFile for FaultyFile {
 
 impl FileSystem for FaultyFs {
     fn create_new(&self, path: &Path) -> io::Result<Arc<dyn IoFile>> {
-        self.check(Op::Create)?;
-        Ok(self.wrap(RealFs.create_new(path)?))
+        self.check(Op::Create, path)?;
+        Ok(self.wrap(RealFs.create_new(path)?, path))
     }
     fn open_rw(&self, path: &Path) -> io::Result<Arc<dyn IoFile>> {
-        Ok(self.wrap(RealFs.open_rw(path)?))
+        Ok(self.wrap(RealFs.open_rw(path)?, path))
     }
     fn open_ro(&self, path: &Path) -> io::Result<Arc<dyn IoFile>> {
-        Ok(self.wrap(RealFs.open_ro(path)?))
+        Ok(self.wrap(RealFs.open_ro(path)?, path))
     }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        self.check(Op::Rename)?;
+        self.check(Op::Rename, from)?;
         RealFs.rename(from, to)
     }
     fn remove_file(&self, path: &Path) -> io::Result<()> {
-        self.check(Op::Remove)?;
+        self.check(Op::Remove, path)?;
         RealFs.remove_file(path)
     }
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        self.check(Op::SyncDir)?;
+        self.check(Op::SyncDir, dir)?;
         RealFs.sync_dir(dir)
     }
     fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {

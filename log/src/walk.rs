@@ -150,3 +150,71 @@ fn highest_mark_from(segment: u64, data: &[u8], from: u64) -> Option<(u64, u64)>
     }
     best
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::{encode_frame, encode_header, ACTIVE_FORMAT};
+
+    /// A segment of one-record batches; `marks[i]` is batch i's durable mark.
+    fn segment(marks: &[Option<u64>]) -> (Vec<u8>, Vec<u64>) {
+        let mut data = encode_header(ACTIVE_FORMAT, 0).to_vec();
+        let mut starts = Vec::new();
+        for (i, m) in marks.iter().enumerate() {
+            let at = data.len() as u64;
+            starts.push(at);
+            encode_frame(&mut data, 0, at, 1, true, m.unwrap_or(at), &[i as u8; 40]);
+        }
+        (data, starts)
+    }
+
+    #[test]
+    fn clean_and_incomplete_batches() {
+        let (data, starts) = segment(&[None, None]);
+        let w = walk(0, &data);
+        assert_eq!((w.records, w.batches, w.damage), (2, 2, None));
+        assert_eq!(judge_tail(0, &data, &w), Tail::Clean);
+        // a batch without its end flag at the end of the file is torn
+        let mut d = data.clone();
+        let at = d.len() as u64;
+        encode_frame(&mut d, 0, at, 1, false, at, b"half a batch");
+        let w = walk(0, &d);
+        assert_eq!(w.good_end, at);
+        assert_eq!(judge_tail(0, &d, &w), Tail::Torn { cut: at });
+        assert_eq!(w.last_record, Some(starts[1]));
+    }
+
+    #[test]
+    fn damage_followed_by_durable_evidence_is_corrupt() {
+        // Each batch records that everything before it was durable (one sync per append).
+        let (mut data, starts) = segment(&[None, None, None, None]);
+        data[starts[1] as usize + 30] ^= 4;
+        let w = walk(0, &data);
+        assert_eq!(w.damage.map(|d| d.0), Some(starts[1]));
+        match judge_tail(0, &data, &w) {
+            Tail::Corrupt { offset, .. } => assert_eq!(offset, starts[1]),
+            t => panic!("{t:?}"),
+        }
+    }
+
+    #[test]
+    fn damage_followed_only_by_unsynced_frames_is_a_torn_tail() {
+        // Group commit: batches 1-3 were written while the segment was durable only up to
+        // batch 1's start, so a crash could lose batch 1's page and keep batch 2's.
+        let (_, starts) = segment(&[None, None, None, None]);
+        let m = starts[1];
+        let (mut data, starts) = segment(&[None, Some(m), Some(m), Some(m)]);
+        data[starts[1] as usize + 3] ^= 0x80;
+        let w = walk(0, &data);
+        assert_eq!(judge_tail(0, &data, &w), Tail::Torn { cut: starts[1] });
+    }
+
+    #[test]
+    fn zero_filled_tail_is_torn() {
+        let (mut data, _) = segment(&[None, None]);
+        let end = data.len() as u64;
+        data.resize(data.len() + 4096, 0);
+        let w = walk(0, &data);
+        assert_eq!(judge_tail(0, &data, &w), Tail::Torn { cut: end });
+    }
+}
