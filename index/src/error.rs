@@ -96,6 +96,15 @@ pub enum IndexError {
         /// Width found in the file.
         found_width: u32,
     },
+    /// A postings file was built with another Unicode version's folding.
+    UnicodeMismatch {
+        /// The file.
+        path: PathBuf,
+        /// Unicode version recorded in the file.
+        found: String,
+        /// Unicode version of this build's tables.
+        expected: &'static str,
+    },
     /// The caller passed an argument out of range.
     InvalidArgument {
         /// What is wrong with it.
@@ -120,7 +129,8 @@ impl IndexError {
             },
             IndexError::ForeignFile { .. }
             | IndexError::UnsupportedVersion { .. }
-            | IndexError::ShapeMismatch { .. } => ErrorKind::UnsupportedFormat,
+            | IndexError::ShapeMismatch { .. }
+            | IndexError::UnicodeMismatch { .. } => ErrorKind::UnsupportedFormat,
             IndexError::ChecksumMismatch { .. } | IndexError::Corrupt { .. } => ErrorKind::Corrupt,
             IndexError::InvalidArgument { .. } => ErrorKind::InvalidArgument,
             IndexError::Poisoned { .. } => ErrorKind::Io,
@@ -183,6 +193,11 @@ impl fmt::Display for IndexError {
                     String::from_utf8_lossy(expected_tag)
                 )
             }
+            IndexError::UnicodeMismatch { path, found, expected } => write!(
+                f,
+                "{}: built with Unicode {found} case folding, this build folds with Unicode {expected}; rebuild it",
+                path.display()
+            ),
             IndexError::InvalidArgument { reason } => write!(f, "invalid argument: {reason}"),
             IndexError::Poisoned { path } => write!(
                 f,

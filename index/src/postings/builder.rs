@@ -1,0 +1,242 @@
+//! In-memory postings for the unsealed tail.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::path::Path;
+
+use super::codec::{get_varint, put_varint};
+use super::{file, intersect, normalise_trigrams, DocCursor, ALL_DOCS_KEY};
+use crate::error::IndexError;
+use crate::trigram::for_each_trigram;
+
+/// Multiplicative hash for 24-bit keys: std's default hasher costs more than
+/// the rest of `add` together.
+#[derive(Default)]
+struct TrigramHasher(u64);
+
+impl Hasher for TrigramHasher {
+    fn finish(&self) -> u64 {
+        self.0 ^ (self.0 >> 32)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.0 = u64::from(v).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+type TrigramMap<V> = HashMap<u32, V, BuildHasherDefault<TrigramHasher>>;
+
+/// Bits in the per-thread "seen in this text" set: one per possible trigram.
+const SEEN_BITS: usize = 1 << 24;
+
+thread_local! {
+    /// Deduplicates the trigrams of one `add` call without a map lookup per byte
+    /// (2 MiB per thread, always left all-zero between calls).
+    static SEEN: RefCell<(Vec<u64>, Vec<u32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// One doc list: gaps as varints (first doc, then doc - previous - 1).
+#[derive(Debug, Default)]
+struct List {
+    bytes: Vec<u8>,
+    last: u32,
+    count: u32,
+}
+
+impl List {
+    fn push(&mut self, doc: u32) {
+        if self.count == 0 {
+            put_varint(&mut self.bytes, doc);
+        } else if doc == self.last {
+            return;
+        } else {
+            debug_assert!(doc > self.last, "docs are added in increasing order");
+            put_varint(&mut self.bytes, doc - self.last - 1);
+        }
+        self.last = doc;
+        self.count += 1;
+    }
+
+    /// Decodes the whole list into `out` (cleared first).
+    fn docs_into(&self, out: &mut Vec<u32>) {
+        out.clear();
+        out.reserve(self.count as usize);
+        let mut cur = ListCursor::new(self);
+        while let Some(d) = cur.next_doc() {
+            out.push(d);
+        }
+    }
+}
+
+struct ListCursor<'a> {
+    list: &'a List,
+    at: usize,
+    seen: u32,
+    doc: u32,
+}
+
+impl<'a> ListCursor<'a> {
+    fn new(list: &'a List) -> Self {
+        ListCursor {
+            list,
+            at: 0,
+            seen: 0,
+            doc: 0,
+        }
+    }
+
+    fn next_doc(&mut self) -> Option<u32> {
+        if self.seen == self.list.count {
+            return None;
+        }
+        let (v, used) =
+            get_varint(&self.list.bytes[self.at..]).expect("the builder wrote this varint");
+        self.at += used;
+        self.doc = if self.seen == 0 { v } else { self.doc + v + 1 };
+        self.seen += 1;
+        Some(self.doc)
+    }
+}
+
+impl DocCursor for ListCursor<'_> {
+    fn count(&self) -> u32 {
+        self.list.count
+    }
+    fn seek(&mut self, target: u32) -> Result<Option<u32>, IndexError> {
+        if self.seen > 0 && self.doc >= target {
+            return Ok(Some(self.doc));
+        }
+        while let Some(d) = self.next_doc() {
+            if d >= target {
+                return Ok(Some(d));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// Row-level postings kept in memory for the unsealed tail. Doc ids are `u32`,
+/// added in increasing order (one doc may be added several times, once per field).
+#[derive(Debug, Default)]
+pub struct PostingsBuilder {
+    lists: TrigramMap<List>,
+    all_docs: List,
+    pairs: u64,
+}
+
+impl PostingsBuilder {
+    /// An empty builder.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds the trigrams of `folded_text` (already folded) to `doc`.
+    ///
+    /// # Panics
+    /// When `doc` is smaller than a doc added before (a caller bug).
+    pub fn add(&mut self, doc: u32, folded_text: &[u8]) {
+        assert!(
+            self.all_docs.count == 0 || doc >= self.all_docs.last,
+            "PostingsBuilder::add: doc {doc} after doc {}: docs must be added in increasing order",
+            self.all_docs.last
+        );
+        self.all_docs.push(doc);
+        SEEN.with(|cell| {
+            let mut guard = cell.borrow_mut();
+            let (seen, fresh) = &mut *guard;
+            if seen.is_empty() {
+                seen.resize(SEEN_BITS / 64, 0);
+            }
+            fresh.clear();
+            for_each_trigram(folded_text, |t| {
+                let (w, bit) = ((t >> 6) as usize, 1u64 << (t & 63));
+                if seen[w] & bit == 0 {
+                    seen[w] |= bit;
+                    fresh.push(t);
+                }
+            });
+            for &t in fresh.iter() {
+                seen[(t >> 6) as usize] = 0;
+                let list = self.lists.entry(t).or_default();
+                let before = list.count;
+                list.push(doc);
+                self.pairs += u64::from(list.count - before);
+            }
+        });
+    }
+
+    /// Number of distinct docs added.
+    pub fn doc_count(&self) -> u32 {
+        self.all_docs.count
+    }
+
+    /// Number of distinct trigrams seen.
+    pub fn trigram_count(&self) -> usize {
+        self.lists.len()
+    }
+
+    /// Number of (trigram, doc) pairs held.
+    pub fn pair_count(&self) -> u64 {
+        self.pairs
+    }
+
+    /// Approximate heap bytes held by the lists.
+    pub fn memory_bytes(&self) -> usize {
+        self.lists
+            .values()
+            .map(|l| l.bytes.capacity() + std::mem::size_of::<(u32, List)>())
+            .sum::<usize>()
+            + self.all_docs.bytes.capacity()
+    }
+
+    /// Docs `>= from_doc` holding ALL `trigrams`, ascending, at most `limit`.
+    /// No trigrams means every doc added.
+    ///
+    /// # Panics
+    /// When a trigram does not fit in 24 bits (a caller bug).
+    pub fn candidates(&self, trigrams: &[u32], from_doc: u32, limit: usize) -> Vec<u32> {
+        let trigrams = normalise_trigrams(trigrams).expect("trigrams come from for_each_trigram");
+        let mut cursors = Vec::with_capacity(trigrams.len().max(1));
+        if trigrams.is_empty() {
+            cursors.push(ListCursor::new(&self.all_docs));
+        }
+        for t in &trigrams {
+            match self.lists.get(t) {
+                Some(list) => cursors.push(ListCursor::new(list)),
+                None => return Vec::new(),
+            }
+        }
+        intersect(cursors, from_doc, limit).expect("in-memory cursors never fail")
+    }
+
+    /// The encoded postings file (what `write` stores).
+    pub fn to_bytes(&self) -> Result<Vec<u8>, IndexError> {
+        let mut keys: Vec<u32> = self.lists.keys().copied().collect();
+        keys.sort_unstable();
+        // Bit-packed blocks come out smaller than the in-memory varints.
+        let estimate =
+            self.lists.values().map(|l| l.bytes.len()).sum::<usize>() + self.all_docs.bytes.len();
+        let mut writer = file::Writer::with_capacity(estimate, keys.len() + 1);
+        let mut docs = Vec::new();
+        for k in keys {
+            self.lists[&k].docs_into(&mut docs);
+            writer.list(k, &docs)?;
+        }
+        if self.all_docs.count > 0 {
+            self.all_docs.docs_into(&mut docs);
+            writer.list(ALL_DOCS_KEY, &docs)?;
+        }
+        Ok(writer.finish())
+    }
+
+    /// Writes the sealed postings file atomically (temporary file, fsync, rename, fsync of the directory).
+    pub fn write(&self, path: &Path) -> Result<(), IndexError> {
+        let bytes = self.to_bytes()?;
+        crate::fsutil::write_atomic(path, &[&bytes])
+    }
+}
