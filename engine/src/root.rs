@@ -899,10 +899,17 @@ impl Shared {
             r.branch.clone(),
             self.options.durability,
         )?;
-        crate::fsutil::sync_dir(&staging)?;
+        // Directory syncs are what makes the creation durable; bulk import skips them too.
+        let durable = self.options.durability == Durability::Sync;
+        if durable {
+            crate::fsutil::sync_dir(&staging)?;
+        }
         std::fs::rename(&staging, &dir)
             .map_err(|e| EngineError::io(&dir, "rename into place", e))?;
-        crate::fsutil::sync_dir(&sessions)
+        if durable {
+            crate::fsutil::sync_dir(&sessions)?;
+        }
+        Ok(())
     }
 
     fn sync_all(&self) -> Result<(), EngineError> {
