@@ -14,7 +14,9 @@ fn close_releases_the_watch_at_once() {
     let t = tempfile::tempdir().expect("tempdir");
     let ws = common::ws(t.path(), &[], logbook_fs::ResolverMode::Auto);
     let before = inotify_fds();
-    let watches: Vec<_> = (0..5).map(|_| ws.watch(&logbook_fs::RelPath::root()).expect("watch")).collect();
+    let watches: Vec<_> = (0..5)
+        .map(|_| ws.watch(&logbook_fs::RelPath::root()).expect("watch"))
+        .collect();
     assert_eq!(inotify_fds(), before + 5);
     for w in watches {
         w.close();
