@@ -139,6 +139,14 @@ impl FoldMap {
         }
     }
 
+    /// Frees the buffers when they hold more than `bytes` of capacity.
+    pub(crate) fn release_if_larger_than(&mut self, bytes: usize) {
+        if self.folded.capacity() > bytes {
+            self.folded = Vec::new();
+            self.anchors = Vec::new();
+        }
+    }
+
     /// True when every folded offset equals its original offset.
     #[cfg(test)]
     pub(crate) fn is_identity(&self) -> bool {
