@@ -19,11 +19,18 @@ struct CorpusRow {
 }
 
 fn corpus_path() -> PathBuf {
-    std::env::var_os("LOGBOOK_CORPUS").map(PathBuf::from).unwrap_or_else(|| "/work/corpus/rows100.jsonl".into())
+    std::env::var_os("LOGBOOK_CORPUS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| "/work/corpus/rows100.jsonl".into())
 }
 
 fn load_corpus(path: &Path) -> Vec<CorpusRow> {
-    let f = std::fs::File::open(path).unwrap_or_else(|e| panic!("corpus {}: {e} (see /work/shared/bench/README.md)", path.display()));
+    let f = std::fs::File::open(path).unwrap_or_else(|e| {
+        panic!(
+            "corpus {}: {e} (see /work/shared/bench/README.md)",
+            path.display()
+        )
+    });
     std::io::BufReader::new(f)
         .lines()
         .map(|l| {
@@ -51,12 +58,19 @@ fn to_events(rows: &[CorpusRow]) -> Vec<Event> {
         let e = match r.role.as_str() {
             "user" => {
                 inv = format!("inv-{i}");
-                Event::UserMessage(UserMessage { invocation: inv.clone(), text: r.text.clone(), attachments: vec![] })
+                Event::UserMessage(UserMessage {
+                    invocation: inv.clone(),
+                    text: r.text.clone(),
+                    attachments: vec![],
+                })
             }
             "assistant" => Event::ModelCompletion(ModelCompletion {
                 invocation: inv.clone(),
                 model: "m".into(),
-                items: vec![Item::Assistant { body: r.text.clone(), thinking: None }],
+                items: vec![Item::Assistant {
+                    body: r.text.clone(),
+                    thinking: None,
+                }],
                 usage: None,
             }),
             _ => Event::ToolResult(ToolResult {
@@ -78,17 +92,28 @@ fn to_events(rows: &[CorpusRow]) -> Vec<Event> {
 const BATCH_EVENTS: usize = 256;
 
 fn bulk_options() -> RootOptions {
-    RootOptions { durability: Durability::NoSyncBulkImport, ..RootOptions::default() }
+    RootOptions {
+        durability: Durability::NoSyncBulkImport,
+        ..RootOptions::default()
+    }
 }
 
 fn build_root(dir: &Path, events: &[Event]) {
     Root::init(dir).expect("init");
     let root = Root::open_with(dir, bulk_options()).expect("open");
-    root.create_session(CreateSessionParams { session_id: Some("s".into()), workspace: None, operation: "c".into() })
-        .expect("create");
+    root.create_session(CreateSessionParams {
+        session_id: Some("s".into()),
+        workspace: None,
+        operation: "c".into(),
+    })
+    .expect("create");
     for (b, chunk) in events.chunks(BATCH_EVENTS).enumerate() {
-        root.append(AppendParams { session_id: "s".into(), operation: format!("b{b}"), events: chunk.to_vec() })
-            .expect("append");
+        root.append(AppendParams {
+            session_id: "s".into(),
+            operation: format!("b{b}"),
+            events: chunk.to_vec(),
+        })
+        .expect("append");
     }
     root.sync_indexes().expect("sync");
 }
@@ -109,7 +134,9 @@ fn build_sqlite(path: &Path, rows: &[CorpusRow]) -> Connection {
         .expect("schema");
     let tx = c.transaction().expect("tx");
     {
-        let mut st = tx.prepare("INSERT INTO rows(session, role, body) VALUES ('s', ?1, ?2)").expect("prepare");
+        let mut st = tx
+            .prepare("INSERT INTO rows(session, role, body) VALUES ('s', ?1, ?2)")
+            .expect("prepare");
         for r in rows {
             st.execute(params![r.role, r.text]).expect("insert");
         }
@@ -121,24 +148,35 @@ fn build_sqlite(path: &Path, rows: &[CorpusRow]) -> Connection {
 /// What agent tools do to show the end of a conversation: read the file, parse every line.
 fn jsonl_last_page(path: &Path, n: usize) -> Vec<serde_json::Value> {
     let text = std::fs::read_to_string(path).expect("read");
-    let all: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).expect("parse")).collect();
+    let all: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("parse"))
+        .collect();
     all[all.len().saturating_sub(n)..].to_vec()
 }
 
 fn sqlite_page(c: &Connection, before: i64, n: usize) -> Vec<(i64, String, String)> {
-    let mut st = c.prepare_cached("SELECT id, role, body FROM rows WHERE id < ?1 ORDER BY id DESC LIMIT ?2").expect("prepare");
-    st.query_map(params![before, n as i64], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .expect("query")
-        .map(|r| r.expect("row"))
-        .collect()
+    let mut st = c
+        .prepare_cached("SELECT id, role, body FROM rows WHERE id < ?1 ORDER BY id DESC LIMIT ?2")
+        .expect("prepare");
+    st.query_map(params![before, n as i64], |r| {
+        Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+    })
+    .expect("query")
+    .map(|r| r.expect("row"))
+    .collect()
 }
 
 fn sqlite_forward(c: &Connection, after: i64, n: usize) -> Vec<(i64, String, String)> {
-    let mut st = c.prepare_cached("SELECT id, role, body FROM rows WHERE id > ?1 ORDER BY id LIMIT ?2").expect("prepare");
-    st.query_map(params![after, n as i64], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .expect("query")
-        .map(|r| r.expect("row"))
-        .collect()
+    let mut st = c
+        .prepare_cached("SELECT id, role, body FROM rows WHERE id > ?1 ORDER BY id LIMIT ?2")
+        .expect("prepare");
+    st.query_map(params![after, n as i64], |r| {
+        Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+    })
+    .expect("query")
+    .map(|r| r.expect("row"))
+    .collect()
 }
 
 struct Fixture {
@@ -154,18 +192,41 @@ struct Fixture {
 fn fixture() -> Fixture {
     let rows = load_corpus(&corpus_path());
     let events = to_events(&rows);
-    let tmp = tempfile::Builder::new().prefix("logbook-bench-engine").tempdir_in("/tmp").expect("tmp");
+    let tmp = tempfile::Builder::new()
+        .prefix("logbook-bench-engine")
+        .tempdir_in("/tmp")
+        .expect("tmp");
     let root_dir = tmp.path().join("root");
     build_root(&root_dir, &events);
     let jsonl = tmp.path().join("s.jsonl");
     build_jsonl(&jsonl, &rows);
     let sqlite = build_sqlite(&tmp.path().join("rows.sqlite"), &rows);
     let label = size_label(&rows);
-    Fixture { _tmp: tmp, root_dir, jsonl, sqlite, rows, events, label }
+    Fixture {
+        _tmp: tmp,
+        root_dir,
+        jsonl,
+        sqlite,
+        rows,
+        events,
+        label,
+    }
 }
 
-fn history_params(after: Option<String>, limit: u32, direction: Direction, through: Option<u64>) -> HistoryParams {
-    HistoryParams { session_id: "s".into(), through, after, limit: Some(limit), anchor: None, direction: Some(direction) }
+fn history_params(
+    after: Option<String>,
+    limit: u32,
+    direction: Direction,
+    through: Option<u64>,
+) -> HistoryParams {
+    HistoryParams {
+        session_id: "s".into(),
+        through,
+        after,
+        limit: Some(limit),
+        anchor: None,
+        direction: Some(direction),
+    }
 }
 
 fn benches(c: &mut Criterion) {
@@ -179,14 +240,20 @@ fn benches(c: &mut Criterion) {
         g.throughput(Throughput::Elements(128));
         g.bench_function("logbook", |b| {
             b.iter(|| {
-                let p = root.history(history_params(None, 128, Direction::Backward, None)).expect("page");
+                let p = root
+                    .history(history_params(None, 128, Direction::Backward, None))
+                    .expect("page");
                 assert_eq!(p.rows.len(), 128);
                 black_box(p)
             })
         });
-        g.bench_function("sqlite", |b| b.iter(|| black_box(sqlite_page(&fx.sqlite, i64::MAX, 128))));
+        g.bench_function("sqlite", |b| {
+            b.iter(|| black_box(sqlite_page(&fx.sqlite, i64::MAX, 128)))
+        });
         g.sample_size(10);
-        g.bench_function("jsonl_parse", |b| b.iter(|| black_box(jsonl_last_page(&fx.jsonl, 128))));
+        g.bench_function("jsonl_parse", |b| {
+            b.iter(|| black_box(jsonl_last_page(&fx.jsonl, 128)))
+        });
         g.finish();
     }
 
@@ -202,7 +269,14 @@ fn benches(c: &mut Criterion) {
                 let mut after = None;
                 let mut n = 0usize;
                 loop {
-                    let p = root.history(history_params(after, 1024, Direction::Forward, Some(through))).expect("page");
+                    let p = root
+                        .history(history_params(
+                            after,
+                            1024,
+                            Direction::Forward,
+                            Some(through),
+                        ))
+                        .expect("page");
                     n += p.rows.len();
                     after = p.next_after;
                     if after.is_none() {
@@ -225,7 +299,9 @@ fn benches(c: &mut Criterion) {
                 n
             })
         });
-        g.bench_function("jsonl_parse", |b| b.iter(|| black_box(jsonl_last_page(&fx.jsonl, usize::MAX).len())));
+        g.bench_function("jsonl_parse", |b| {
+            b.iter(|| black_box(jsonl_last_page(&fx.jsonl, usize::MAX).len()))
+        });
         g.finish();
     }
 
@@ -236,7 +312,9 @@ fn benches(c: &mut Criterion) {
         g.bench_function("logbook_open_and_last_page", |b| {
             b.iter(|| {
                 let root = Root::open(&fx.root_dir).expect("open");
-                let p = root.history(history_params(None, 128, Direction::Backward, None)).expect("page");
+                let p = root
+                    .history(history_params(None, 128, Direction::Backward, None))
+                    .expect("page");
                 black_box(p.rows.len())
             })
         });
@@ -262,14 +340,24 @@ fn benches(c: &mut Criterion) {
                     let dir = tmp.path().join("r");
                     Root::init(&dir).expect("init");
                     let root = Root::open_with(&dir, bulk_options()).expect("open");
-                    root.create_session(CreateSessionParams { session_id: Some("s".into()), workspace: None, operation: "c".into() })
-                        .expect("create");
-                    let batches: Vec<Vec<Event>> = fx.events.chunks(BATCH_EVENTS).map(|c| c.to_vec()).collect();
+                    root.create_session(CreateSessionParams {
+                        session_id: Some("s".into()),
+                        workspace: None,
+                        operation: "c".into(),
+                    })
+                    .expect("create");
+                    let batches: Vec<Vec<Event>> =
+                        fx.events.chunks(BATCH_EVENTS).map(|c| c.to_vec()).collect();
                     (tmp, root, batches)
                 },
                 |(tmp, root, batches)| {
                     for (i, events) in batches.into_iter().enumerate() {
-                        root.append(AppendParams { session_id: "s".into(), operation: format!("b{i}"), events }).expect("append");
+                        root.append(AppendParams {
+                            session_id: "s".into(),
+                            operation: format!("b{i}"),
+                            events,
+                        })
+                        .expect("append");
                     }
                     (tmp, root)
                 },

@@ -65,6 +65,7 @@ pub mod json;
 pub mod params;
 mod records;
 mod root;
+mod search;
 mod session;
 mod state;
 pub mod validate;
@@ -86,5 +87,9 @@ pub use params::*;
 pub use root::{
     Root, RootOptions, INDEX_SYNC_INTERVAL, READ_ATTACHMENTS_BYTES_MAX, ROOT_FORMAT_VERSION,
     ROOT_MAGIC, SEND_ATTACHMENTS_MAX, SEND_ATTACHMENT_BYTES_MAX, WORKSPACE_BYTES_MAX,
+};
+pub use search::{
+    SearchHit, SearchPage, SearchParams, SEARCH_FIELDS, SEARCH_HITS_DEFAULT, SEARCH_HITS_MAX,
+    SEARCH_SCAN_BYTES_MAX, SEARCH_SCAN_ROWS_MAX,
 };
 pub use state::{CHECKPOINT_FORMAT_VERSION, CHECKPOINT_MAGIC};

@@ -747,6 +747,15 @@ impl Root {
         self.session(&p.session_id)?.source(&p)
     }
 
+    /// Literal search of `body`, `thinking` and `arguments` fields under a fence; bounded work
+    /// per page; follow `nextAfter` until null.
+    pub fn search(
+        &self,
+        p: crate::search::SearchParams,
+    ) -> Result<crate::search::SearchPage, EngineError> {
+        self.session(&p.session_id)?.search(&p)
+    }
+
     /// Blocks up to `timeoutMs` until an event with `sequence > after` exists.
     pub fn watch(&self, p: WatchParams) -> Result<WatchResult, EngineError> {
         self.session(&p.session_id)?.watch(p.after, p.timeout_ms)
