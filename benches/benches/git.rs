@@ -22,7 +22,12 @@ const COMMITS: usize = 5;
 
 fn git(dir: &Path, args: &[&str]) -> Output {
     let out = Command::new("git")
-        .args(["-c", "user.name=Bench", "-c", "user.email=bench@example.com"])
+        .args([
+            "-c",
+            "user.name=Bench",
+            "-c",
+            "user.email=bench@example.com",
+        ])
         .args(args)
         .current_dir(dir)
         .output()
@@ -32,7 +37,11 @@ fn git(dir: &Path, args: &[&str]) -> Output {
 
 fn git_ok(dir: &Path, args: &[&str]) {
     let out = git(dir, args);
-    assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 fn registry_sources(limit: usize) -> Vec<PathBuf> {
@@ -50,16 +59,24 @@ fn registry_sources(limit: usize) -> Vec<PathBuf> {
         if out.len() >= limit {
             break;
         }
-        let Ok(meta) = std::fs::symlink_metadata(&p) else { continue };
+        let Ok(meta) = std::fs::symlink_metadata(&p) else {
+            continue;
+        };
         if meta.is_dir() {
-            let mut children: Vec<PathBuf> =
-                std::fs::read_dir(&p).into_iter().flatten().filter_map(|e| e.ok().map(|e| e.path())).collect();
+            let mut children: Vec<PathBuf> = std::fs::read_dir(&p)
+                .into_iter()
+                .flatten()
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .collect();
             children.sort();
             children.reverse();
             stack.extend(children);
         } else if meta.is_file()
             && meta.len() <= FIXTURE_FILE_BYTES_MAX
-            && matches!(p.extension().and_then(|e| e.to_str()), Some("rs" | "toml" | "md"))
+            && matches!(
+                p.extension().and_then(|e| e.to_str()),
+                Some("rs" | "toml" | "md")
+            )
         {
             out.push(p);
         }
@@ -78,13 +95,21 @@ fn fixture(files: usize) -> Fixture {
     let ws = base.join("ws");
     let ready = base.join("ready");
     if let Ok(modified) = std::fs::read_to_string(&ready) {
-        return Fixture { ws, files, modified };
+        return Fixture {
+            ws,
+            files,
+            modified,
+        };
     }
     let _ = std::fs::remove_dir_all(&base);
     std::fs::create_dir_all(&ws).expect("mkdir");
     git_ok(&ws, &["init", "-q", "-b", "main"]);
     let sources = registry_sources(files);
-    assert_eq!(sources.len(), files, "not enough source files in the cargo registry");
+    assert_eq!(
+        sources.len(),
+        files,
+        "not enough source files in the cargo registry"
+    );
     let home = PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cargo/registry/src");
     let mut rels = Vec::with_capacity(files);
     for (i, src) in sources.iter().enumerate() {
@@ -97,7 +122,10 @@ fn fixture(files: usize) -> Fixture {
         rels.push(rel.to_str().expect("utf-8 registry path").to_string());
         if (i + 1) % files.div_ceil(COMMITS) == 0 || i + 1 == files {
             git_ok(&ws, &["add", "-A"]);
-            git_ok(&ws, &["commit", "-q", "-m", &format!("batch ending at {i}")]);
+            git_ok(
+                &ws,
+                &["commit", "-q", "-m", &format!("batch ending at {i}")],
+            );
         }
     }
     // 50 changes, spread over the tree.
@@ -127,30 +155,58 @@ fn fixture(files: usize) -> Fixture {
     let _ = git(&ws, &["status", "--porcelain"]);
     let modified = pick(3).clone();
     std::fs::write(&ready, &modified).expect("write ready marker");
-    Fixture { ws, files, modified }
+    Fixture {
+        ws,
+        files,
+        modified,
+    }
 }
 
 fn helper_binary() -> PathBuf {
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("workspace root").to_path_buf();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("workspace root")
+        .to_path_buf();
     let status = Command::new(cargo)
-        .args(["build", "--release", "-q", "-p", "logbook-git", "--example", "logbook-git-cli"])
+        .args([
+            "build",
+            "--release",
+            "-q",
+            "-p",
+            "logbook-git",
+            "--example",
+            "logbook-git-cli",
+        ])
         .current_dir(&root)
         .status()
         .expect("cargo build runs");
     assert!(status.success(), "building the helper binary failed");
-    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root.join("target"));
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
     target.join("release/examples/logbook-git-cli")
 }
 
 fn spawn(cmd: &Path, dir: &Path, args: &[&str]) -> usize {
-    let out = Command::new(cmd).args(args).current_dir(dir).output().expect("spawn");
-    assert!(out.status.success(), "{cmd:?} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(cmd)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("spawn");
+    assert!(
+        out.status.success(),
+        "{cmd:?} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     out.stdout.len()
 }
 
 fn bench(c: &mut Criterion) {
-    let files = std::env::var("GIT_BENCH_FILES").ok().and_then(|v| v.parse().ok()).unwrap_or(FIXTURE_FILES_DEFAULT);
+    let files = std::env::var("GIT_BENCH_FILES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(FIXTURE_FILES_DEFAULT);
     let fx = fixture(files);
     let helper = helper_binary();
     let gitbin = PathBuf::from("git");
@@ -158,13 +214,30 @@ fn bench(c: &mut Criterion) {
     let ws_str = ws.to_str().expect("utf-8 temp path");
 
     // Same answer on both sides before timing anything.
-    let ours = logbook_git::status(ws).expect("status").expect("repository");
-    assert_eq!(ours.staged.len() + ours.worktree.len() + ours.untracked.len(), 50);
+    let ours = logbook_git::status(ws)
+        .expect("status")
+        .expect("repository");
+    assert_eq!(
+        ours.staged.len() + ours.worktree.len() + ours.untracked.len(),
+        50
+    );
 
     let mut g = c.benchmark_group(format!("git/status/{}", fx.files));
     g.throughput(Throughput::Elements(fx.files as u64));
     g.bench_function(BenchmarkId::from_parameter("git-cli"), |b| {
-        b.iter(|| spawn(&gitbin, ws, &["status", "--porcelain=v2", "-z", "--untracked-files=all", "--no-renames"]))
+        b.iter(|| {
+            spawn(
+                &gitbin,
+                ws,
+                &[
+                    "status",
+                    "--porcelain=v2",
+                    "-z",
+                    "--untracked-files=all",
+                    "--no-renames",
+                ],
+            )
+        })
     });
     g.bench_function(BenchmarkId::from_parameter("logbook-spawned"), |b| {
         b.iter(|| spawn(&helper, ws, &["status", ws_str]))
@@ -184,7 +257,9 @@ fn bench(c: &mut Criterion) {
         b.iter(|| spawn(&helper, ws, &["diff", ws_str, path, "worktree"]))
     });
     g.bench_function(BenchmarkId::from_parameter("logbook-in-process"), |b| {
-        b.iter(|| logbook_git::diff(ws, path.as_bytes(), logbook_git::Area::Worktree).expect("diff"))
+        b.iter(|| {
+            logbook_git::diff(ws, path.as_bytes(), logbook_git::Area::Worktree).expect("diff")
+        })
     });
     g.finish();
 
@@ -193,7 +268,13 @@ fn bench(c: &mut Criterion) {
     let mut g = c.benchmark_group(format!("git/patch/{}", fx.files));
     g.throughput(Throughput::Elements(fx.files as u64));
     g.bench_function(BenchmarkId::from_parameter("git-cli"), |b| {
-        b.iter(|| spawn(&gitbin, ws, &["diff", "HEAD", "--binary", "--full-index", "--no-ext-diff"]))
+        b.iter(|| {
+            spawn(
+                &gitbin,
+                ws,
+                &["diff", "HEAD", "--binary", "--full-index", "--no-ext-diff"],
+            )
+        })
     });
     g.bench_function(BenchmarkId::from_parameter("logbook-spawned"), |b| {
         b.iter(|| spawn(&helper, ws, &["patch", ws_str]))
