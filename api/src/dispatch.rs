@@ -130,3 +130,42 @@ pub fn call(
         ))),
     }
 }
+
+/// The long help of `logbook serve`: the protocol in brief and every method.
+pub fn serve_help() -> String {
+    format!(
+        "Serve the JSON-lines protocol on standard input and output.\n\n\
+         One request per line, {{\"id\": ANY, \"method\": NAME, \"params\": {{...}}}}; one answer per \
+         request, {{\"id\", \"result\"}} or {{\"id\", \"error\": {{\"code\", \"message\"}}}}, in request \
+         order, except that {} answer when they are ready. readFile writes {{\"id\", \"item\"}} lines first.\n\n\
+         Methods: {}",
+        WAITING_METHODS.join(", "),
+        METHODS.join(" ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_listed_method_is_dispatched() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = Host::open_or_init(&dir.path().join("root")).unwrap();
+        let empty = RawValue::from_string("{}".to_owned()).unwrap();
+        for method in METHODS {
+            if is_waiting(method) {
+                continue;
+            }
+            let answer = call(&host, method, Some(&empty), &mut |_| {});
+            if let Err(err) = answer {
+                assert!(
+                    !err.message.starts_with("unknown method"),
+                    "{method}: {err}"
+                );
+            }
+        }
+        let err = call(&host, "noSuchMethod", Some(&empty), &mut |_| {}).unwrap_err();
+        assert!(err.message.starts_with("unknown method"));
+    }
+}
