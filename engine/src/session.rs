@@ -231,14 +231,14 @@ pub(crate) fn log_config(durability: Durability) -> LogConfig {
 impl Session {
     /// Creates the Session's files in `dir` (absent or empty) and writes `sessionCreated` as
     /// sequence 1.
-    pub(crate) fn create_files(
+    pub(crate) fn create_files_with(
         dir: &Path,
         workspace: Option<String>,
         branch: Option<Branch>,
-        durability: Durability,
+        config: LogConfig,
     ) -> Result<(), EngineError> {
         std::fs::create_dir_all(dir).map_err(|e| EngineError::io(dir, "create directory", e))?;
-        let log = Log::create(&dir.join("log"), log_config(durability))?;
+        let log = Log::create(&dir.join("log"), config)?;
         let event = Event::SessionCreated(SessionCreated { workspace, branch });
         let payload = records::encode(&EventRecordRef {
             sequence: 1,
@@ -251,12 +251,13 @@ impl Session {
         Ok(())
     }
 
-    pub(crate) fn open(
+    /// Opens a Session's files with this log configuration (the segment size is a Root option).
+    pub(crate) fn open_with(
         id: &str,
         dir: &Path,
-        durability: Durability,
+        config: LogConfig,
     ) -> Result<Session, EngineError> {
-        let (log, _recovery) = Log::open(&dir.join("log"), log_config(durability))?;
+        let (log, _recovery) = Log::open(&dir.join("log"), config)?;
         let (seq, f1) = open_index(&dir.join("seq.idx"), SEQ_TAG, SEQ_ENTRY_BYTES)?;
         let (rows, f2) = open_index(&dir.join("row.idx"), ROW_TAG, ROW_ENTRY_BYTES)?;
         let (receipts, f3) =
@@ -364,6 +365,11 @@ impl Session {
                         records::decode(&log_path, "a receipt record", &record.payload)?;
                     inner.index_receipt(loc, &r.operation);
                 }
+                records::KIND_FORK => {
+                    // Everything before the marker was copied from the source Session: its
+                    // receipts are the source's, and the marker's rules reset the state.
+                    crate::fork::replay_marker(&log_path, loc, &record.payload, &mut inner)?;
+                }
                 other => {
                     return Err(EngineError::corrupt(
                         &log_path,
@@ -459,6 +465,12 @@ impl Session {
             }
         }
         Ok(None)
+    }
+
+    /// The stored receipt of `operation` in this Session, if any.
+    pub(crate) fn receipt(&self, operation: &str) -> Result<Option<Receipt>, EngineError> {
+        let mut map = self.writer();
+        self.find_receipt(&mut map, operation)
     }
 
     /// Applies a mutation once: a repeat with the same parameters returns the stored outcome,
