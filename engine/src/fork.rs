@@ -288,6 +288,15 @@ fn state_at(s: &State, through: u64) -> State {
     out
 }
 
+/// Crash-test hook: when the environment variable `LOGBOOK_FORK_FAILPOINT` names this
+/// point, the process aborts there (as abruptly as a kill -9: no destructor runs). The tests
+/// use it to prove every crash point leaves no fork or a whole one.
+fn failpoint(name: &str) {
+    if std::env::var_os("LOGBOOK_FORK_FAILPOINT").is_some_and(|v| v == name) {
+        std::process::abort();
+    }
+}
+
 fn fork_params(p: &ForkParams) -> [u8; 32] {
     let (kind, inv) = match &p.from {
         ForkFrom::Turn { invocation } => ("turn", Some(invocation.as_str())),
@@ -482,6 +491,7 @@ impl Root {
                 p.operation, p.session_id
             )));
         };
+        failpoint("reserved");
         let branch = Branch {
             session_id: p.session_id.clone(),
             through,
@@ -490,6 +500,7 @@ impl Root {
         let sessions = sh.dir.join(SESSIONS_DIR);
         let staging = sessions.join(format!("{FORK_STAGING_PREFIX}{new_id}"));
         self.build_fork(&source, &staging, &branch)?;
+        failpoint("staged");
         let record = ForkRecord {
             session_id: new_id.clone(),
             workspace: workspace.clone(),
@@ -511,6 +522,7 @@ impl Root {
                 payload: &payload,
             }])?;
             // Committed. The rename may still be interrupted: open finishes it.
+            failpoint("committed");
             let dir = sessions.join(&new_id);
             std::fs::rename(&staging, &dir)
                 .map_err(|e| EngineError::io(&dir, "rename into place", e))?;
@@ -612,6 +624,7 @@ impl Root {
         }
         for n in slog.start().segment..last.segment {
             link_or_copy_segment(slog.dir(), &log_dir, n)?;
+            failpoint("linking");
         }
         let last_record = slog.read(last)?;
         let end = last.offset + FRAME_HEADER_BYTES + last_record.payload.len() as u64;

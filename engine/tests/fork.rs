@@ -496,3 +496,163 @@ fn check_forks(root: &Root, forks: &[(String, String, u64, ForkResult, String)])
         }
     }
 }
+
+fn build_source(dir: &Path) -> u64 {
+    let root = open_root(dir, 4096);
+    let sid = create(&root, "src");
+    let mut rng = Rng(77);
+    let mut n = 0;
+    let mut carry = Vec::new();
+    for _ in 0..8 {
+        random_turn(&root, &sid, &mut rng, &mut n, &mut carry);
+    }
+    revision(&root, &sid)
+}
+
+fn no_staging_left(dir: &Path) {
+    for e in std::fs::read_dir(dir.join("sessions")).expect("ls") {
+        let name = e.expect("entry").file_name();
+        assert!(
+            !name.to_string_lossy().starts_with('.'),
+            "staging directory {name:?} left behind"
+        );
+    }
+}
+
+/// A fork that exists must be whole: its history equals the source's prefix.
+fn assert_whole(root: &Root, f: &ForkResult) {
+    let t = f.branch.through;
+    assert_eq!(revision(root, &f.session_id), t);
+    assert_eq!(
+        events_through(root, &f.session_id, t),
+        events_through(root, &f.branch.session_id, t)
+    );
+    assert_eq!(
+        all_rows(root, &f.session_id, t),
+        all_rows(root, &f.branch.session_id, t)
+    );
+}
+
+#[test]
+fn crash_points_leave_no_fork_or_a_whole_one() {
+    if let Ok(dir) = std::env::var("LOGBOOK_FORK_CHILD") {
+        let root = open_root(Path::new(&dir), 4096);
+        let rev = revision(&root, "src");
+        let _ = fork(&root, "src", "crash-op", ForkFrom::All, rev);
+        std::process::exit(0);
+    }
+    for point in ["reserved", "linking", "staged", "committed"] {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let dir = tmp.path().join("r");
+        let rev = build_source(&dir);
+        let status = std::process::Command::new(std::env::current_exe().expect("exe"))
+            .args([
+                "crash_points_leave_no_fork_or_a_whole_one",
+                "--exact",
+                "--nocapture",
+            ])
+            .env("LOGBOOK_FORK_CHILD", &dir)
+            .env("LOGBOOK_FORK_FAILPOINT", point)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("spawn");
+        assert!(
+            !status.success(),
+            "{point}: the child died at the failpoint"
+        );
+        let root = open_root(&dir, 4096);
+        no_staging_left(&dir);
+        let receipt = root
+            .fork_receipt(ForkReceiptParams {
+                session_id: "src".into(),
+                operation: "crash-op".into(),
+            })
+            .expect("receipt");
+        let n = root.sessions().expect("sessions").len();
+        if point == "committed" {
+            let f = receipt.clone().expect("committed before the crash");
+            assert_whole(&root, &f);
+            assert_eq!(n, 2);
+        } else {
+            assert_eq!(receipt, None, "{point}: nothing published");
+            assert_eq!(n, 1, "{point}: no half fork is visible");
+        }
+        // Repeating the operation gives one fork, never a second.
+        let f = fork(&root, "src", "crash-op", ForkFrom::All, rev).expect("repeat");
+        if let Some(r) = receipt {
+            assert_eq!(r, f);
+        }
+        assert_whole(&root, &f);
+        assert_eq!(root.sessions().expect("sessions").len(), 2, "{point}");
+        assert_eq!(
+            revision(&root, "src"),
+            rev,
+            "{point}: the source is unchanged"
+        );
+    }
+}
+
+#[test]
+fn kill_9_during_forks() {
+    if let Ok(dir) = std::env::var("LOGBOOK_FORK_KILL_CHILD") {
+        let root = open_root(Path::new(&dir), 4096);
+        let rev = revision(&root, "src");
+        for i in 0.. {
+            fork(&root, "src", &format!("k-{i}"), ForkFrom::All, rev).expect("fork in child");
+        }
+        std::process::exit(0);
+    }
+    let mut rng = Rng(4242);
+    for round in 0..4 {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let dir = tmp.path().join("r");
+        let rev = build_source(&dir);
+        let mut child = std::process::Command::new(std::env::current_exe().expect("exe"))
+            .args(["kill_9_during_forks", "--exact", "--nocapture"])
+            .env("LOGBOOK_FORK_KILL_CHILD", &dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn");
+        std::thread::sleep(std::time::Duration::from_millis(150 + rng.below(250)));
+        child.kill().expect("kill -9");
+        let _ = child.wait();
+        let root = open_root(&dir, 4096);
+        no_staging_left(&dir);
+        let mut published = 0;
+        let mut i = 0;
+        loop {
+            let op = format!("k-{i}");
+            let r = root
+                .fork_receipt(ForkReceiptParams {
+                    session_id: "src".into(),
+                    operation: op.clone(),
+                })
+                .expect("receipt");
+            match r {
+                Some(f) => {
+                    assert_whole(&root, &f);
+                    published += 1;
+                }
+                None => {
+                    // The op the child was killed in: repeating it makes exactly one fork.
+                    let f = fork(&root, "src", &op, ForkFrom::All, rev).expect("repeat");
+                    assert_whole(&root, &f);
+                    let again = fork(&root, "src", &op, ForkFrom::All, rev).expect("repeat");
+                    assert_eq!(f, again);
+                    published += 1;
+                    break;
+                }
+            }
+            i += 1;
+        }
+        assert_eq!(
+            root.sessions().expect("sessions").len(),
+            1 + published,
+            "round {round}: one Session per published fork, no orphans"
+        );
+        eprintln!("round {round}: {published} forks published before the kill");
+        assert!(published >= 1);
+    }
+}
