@@ -129,7 +129,9 @@ pub struct InteractionResolved {
 pub struct ContextGroup {
     pub role: String,
     pub messages: RawJson,
-    pub estimated_tokens: u64,
+    /// An estimate; null when the Host did not measure it.
+    #[serde(default)]
+    pub estimated_tokens: Option<u64>,
 }
 
 /// One tool schema of a prepared model request.
@@ -137,7 +139,9 @@ pub struct ContextGroup {
 #[serde(rename_all = "camelCase")]
 pub struct ContextTool {
     pub name: String,
-    pub estimated_tokens: u64,
+    /// An estimate; null when the Host did not measure it.
+    #[serde(default)]
+    pub estimated_tokens: Option<u64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

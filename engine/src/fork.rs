@@ -643,27 +643,55 @@ impl Root {
             end,
             &marker,
         );
-        write_synced(&log_dir.join(segment_name(last.segment, "active")), &seg)?;
-        crate::fsutil::sync_dir(&log_dir)?;
-        write_index(
-            &staging.join("seq.idx"),
-            SEQ_TAG,
-            SEQ_ENTRY_BYTES,
-            &seq_bytes,
-        )?;
-        write_index(
-            &staging.join("row.idx"),
-            ROW_TAG,
-            ROW_ENTRY_BYTES,
-            &row_bytes,
-        )?;
-        write_index(
-            &staging.join("receipt.idx"),
-            RECEIPT_TAG,
-            RECEIPT_ENTRY_BYTES,
-            &[],
-        )?;
-        state.save(&staging.join("state.ckpt"))?;
+        // Each file is written and fsynced on its own thread: the syncs overlap.
+        let seg_path = log_dir.join(segment_name(last.segment, "active"));
+        let results: Vec<Result<(), EngineError>> = std::thread::scope(|sc| {
+            let jobs = vec![
+                sc.spawn(|| {
+                    write_synced(&seg_path, &seg)?;
+                    crate::fsutil::sync_dir(&log_dir)
+                }),
+                sc.spawn(|| {
+                    write_index(
+                        &staging.join("seq.idx"),
+                        SEQ_TAG,
+                        SEQ_ENTRY_BYTES,
+                        &seq_bytes,
+                    )
+                }),
+                sc.spawn(|| {
+                    write_index(
+                        &staging.join("row.idx"),
+                        ROW_TAG,
+                        ROW_ENTRY_BYTES,
+                        &row_bytes,
+                    )
+                }),
+                sc.spawn(|| {
+                    write_index(
+                        &staging.join("receipt.idx"),
+                        RECEIPT_TAG,
+                        RECEIPT_ENTRY_BYTES,
+                        &[],
+                    )
+                }),
+                sc.spawn(|| state.save(&staging.join("state.ckpt"))),
+            ];
+            jobs.into_iter()
+                .map(|j| {
+                    j.join().unwrap_or_else(|_| {
+                        Err(EngineError::io(
+                            staging,
+                            "write a fork file",
+                            std::io::Error::other("the writer thread panicked"),
+                        ))
+                    })
+                })
+                .collect()
+        });
+        for r in results {
+            r?;
+        }
         crate::fsutil::sync_dir(staging)?;
         Ok(())
     }

@@ -212,20 +212,40 @@ fn fork_all_context_attachments_and_interactions() {
         .expect("send");
     let inv = &t1.invocation;
     let ctx = format!(
-        r#"{{"kind":"contextPrepared","invocation":"{inv}","groups":[{{"role":"user","messages":[1],"estimatedTokens":3}}],"tools":[],"providerUsage":null}}"#
+        r#"{{"kind":"contextPrepared","invocation":"{inv}","groups":[{{"role":"user","messages":[1],"estimatedTokens":3}}],"tools":[{{"name":"read","estimatedTokens":null}}],"providerUsage":null}}"#
     );
     let ask = format!(
         r#"{{"kind":"interactionRequested","interactionId":"q1","invocation":"{inv}","prompt":"Allow?","options":["y"]}}"#
     );
     append(&root, &sid, "a1", &format!("[{ctx},{ask},{}]", settle(inv))).expect("append");
     let rev = revision(&root, &sid);
-    assert!(root
+    let c = root
         .context(ContextParams {
             session_id: sid.clone(),
-            through: None
+            through: None,
         })
         .expect("context")
-        .is_some());
+        .expect("the source prepared a request");
+    assert_eq!(c.sequence, 3);
+    assert_eq!(c.groups[0].estimated_tokens, Some(3));
+    assert_eq!(
+        c.tools[0].estimated_tokens, None,
+        "unknown estimates stay null"
+    );
+    // providerUsage null comes back as null on the wire (stored as the JSON text "null").
+    assert_eq!(
+        serde_json::to_value(&c.provider_usage).expect("json"),
+        serde_json::Value::Null
+    );
+    assert_eq!(
+        root.context(ContextParams {
+            session_id: sid.clone(),
+            through: Some(2),
+        })
+        .expect("context"),
+        None,
+        "nothing prepared at or before the fence"
+    );
     assert_eq!(root.pending_interactions(&sid).expect("pending").len(), 1);
     let f = fork(&root, &sid, "f", ForkFrom::All, rev).expect("fork all");
     assert_eq!(f.branch.through, rev);
