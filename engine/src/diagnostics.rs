@@ -2,7 +2,7 @@
 //! with their own revision, independent of history.
 //!
 //! Each Session that ever recorded one has a small `logbook-log` log in
-//! `sessions/<id>/diagnostics/`. One record ([`KIND_DIAGNOSTIC`]) holds one diagnostic together
+//! `sessions/<id>/diagnostics/`. One record (kind 1) holds one diagnostic together
 //! with the receipt of the `recordDiagnostic` operation that made it, so after a crash both or
 //! neither exist. The diagnostics revision is the number of diagnostics recorded (dense from
 //! 1); a page under fence `through` sees the diagnostics with revision `<= through`, newest

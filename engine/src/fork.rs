@@ -14,9 +14,9 @@
 //!
 //! Sequence 1 of the fork is the source's own `sessionCreated` (copied, so history stays
 //! equal under every fence). The branch `{sessionId, through, turn}` is recorded twice:
-//! in the Root log (a [`records::KIND_FORK_SESSION`] record, which also registers the
+//! in the Root log (a record of kind 17, which also registers the
 //! Session, so `sessions` / `sessionInfo` report it), and in the fork's own log as a
-//! [`records::KIND_FORK`] marker right after the copied records. The marker is not an event:
+//! marker record (kind 3) right after the copied records. The marker is not an event:
 //! it does not change the revision, publishes no row and does not appear in `watch`.
 //!
 //! # Rules the marker carries (state is a pure function of the log)
