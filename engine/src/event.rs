@@ -129,9 +129,7 @@ pub struct InteractionResolved {
 pub struct ContextGroup {
     pub role: String,
     pub messages: RawJson,
-    /// An estimate; null when the Host did not measure it.
-    #[serde(default)]
-    pub estimated_tokens: Option<u64>,
+    pub estimated_tokens: u64,
 }
 
 /// One tool schema of a prepared model request.
@@ -139,9 +137,7 @@ pub struct ContextGroup {
 #[serde(rename_all = "camelCase")]
 pub struct ContextTool {
     pub name: String,
-    /// An estimate; null when the Host did not measure it.
-    #[serde(default)]
-    pub estimated_tokens: Option<u64>,
+    pub estimated_tokens: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -212,7 +212,7 @@ fn fork_all_context_attachments_and_interactions() {
         .expect("send");
     let inv = &t1.invocation;
     let ctx = format!(
-        r#"{{"kind":"contextPrepared","invocation":"{inv}","groups":[{{"role":"user","messages":[1],"estimatedTokens":3}}],"tools":[{{"name":"read","estimatedTokens":null}}],"providerUsage":null}}"#
+        r#"{{"kind":"contextPrepared","invocation":"{inv}","groups":[{{"role":"user","messages":[1],"estimatedTokens":3}}],"tools":[{{"name":"read","estimatedTokens":5}}],"providerUsage":null}}"#
     );
     let ask = format!(
         r#"{{"kind":"interactionRequested","interactionId":"q1","invocation":"{inv}","prompt":"Allow?","options":["y"]}}"#
@@ -227,11 +227,8 @@ fn fork_all_context_attachments_and_interactions() {
         .expect("context")
         .expect("the source prepared a request");
     assert_eq!(c.sequence, 3);
-    assert_eq!(c.groups[0].estimated_tokens, Some(3));
-    assert_eq!(
-        c.tools[0].estimated_tokens, None,
-        "unknown estimates stay null"
-    );
+    assert_eq!(c.groups[0].estimated_tokens, 3);
+    assert_eq!(c.tools[0].estimated_tokens, 5);
     // providerUsage null comes back as null on the wire (stored as the JSON text "null").
     assert_eq!(
         serde_json::to_value(&c.provider_usage).expect("json"),
