@@ -394,6 +394,45 @@ fn segment_prefix(
     Ok(buf)
 }
 
+/// Search postings of segments wholly inside the fork (`search/seg-<segment>-row-<first
+/// row>.post`, 16 hex digits each) describe the same rows in the fork, under the same row
+/// ordinals: they are immutable derived files, so the fork shares them by hard link instead of
+/// rebuilding them on its first search. Anything else in `search/` is left to be rebuilt.
+fn link_search_postings(src: &Path, staging: &Path, fence_segment: u64) -> Result<(), EngineError> {
+    let from = src.join("search");
+    let Ok(entries) = std::fs::read_dir(&from) else {
+        return Ok(());
+    };
+    let to = staging.join("search");
+    let mut made = false;
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(n) = name.to_str() else { continue };
+        let segment = n
+            .strip_prefix("seg-")
+            .and_then(|r| r.strip_suffix(".post"))
+            .and_then(|r| r.split_once("-row-"))
+            .filter(|(a, b)| a.len() == 16 && b.len() == 16)
+            .and_then(|(a, b)| {
+                u64::from_str_radix(b, 16).ok()?;
+                u64::from_str_radix(a, 16).ok()
+            });
+        if !segment.is_some_and(|s| s < fence_segment) {
+            continue;
+        }
+        if !made {
+            std::fs::create_dir(&to).map_err(|e| EngineError::io(&to, "create directory", e))?;
+            made = true;
+        }
+        // Derived data: a file that vanished meanwhile is simply rebuilt later.
+        let _ = std::fs::hard_link(e.path(), to.join(&name));
+    }
+    if made {
+        crate::fsutil::sync_dir(&to)?;
+    }
+    Ok(())
+}
+
 fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), EngineError> {
     crate::state::write_file_synced(path, bytes).map_err(|e| EngineError::io(path, "write", e))
 }
@@ -626,6 +665,7 @@ impl Root {
             link_or_copy_segment(slog.dir(), &log_dir, n)?;
             failpoint("linking");
         }
+        link_search_postings(source.dir(), staging, last.segment)?;
         let last_record = slog.read(last)?;
         let end = last.offset + FRAME_HEADER_BYTES + last_record.payload.len() as u64;
         let mut seg = segment_prefix(slog, last.segment, end, last)?;
