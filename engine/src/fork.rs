@@ -417,7 +417,7 @@ fn link_search_postings(src: &Path, staging: &Path, fence_segment: u64) -> Resul
                 u64::from_str_radix(b, 16).ok()?;
                 u64::from_str_radix(a, 16).ok()
             });
-        if !segment.is_some_and(|s| s < fence_segment) {
+        if segment.is_none_or(|s| s >= fence_segment) {
             continue;
         }
         if !made {
