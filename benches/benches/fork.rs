@@ -3,8 +3,9 @@
 //! The source Session is built once with `NoSyncBulkImport` (then synced), from Turns of a
 //! user message, an assistant completion and a tool result of pseudo-random words (text that
 //! compresses like prose) and a settle. Each `fork` iteration forks the whole history (the fork
-//! is removed outside the timed part); `copy_files` copies the Session directory with
-//! `std::fs::copy`, file by file. `LOGBOOK_FORK_BENCH_MIB` sets the logical size (default 1024).
+//! is removed outside the timed part; every file of the fork is fsynced, as a Host needs);
+//! `copy_files` copies the Session directory with `std::fs::copy`, file by file, without any
+//! fsync; `copy_files_synced` also fsyncs every copied file and directory (the durable peer). `LOGBOOK_FORK_BENCH_MIB` sets the logical size (default 1024).
 #![allow(clippy::unwrap_used)]
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
@@ -99,16 +100,22 @@ fn dir_bytes(dir: &Path) -> u64 {
     n
 }
 
-fn copy_dir(from: &Path, to: &Path) {
+fn copy_dir(from: &Path, to: &Path, sync: bool) {
     std::fs::create_dir(to).unwrap();
     for e in std::fs::read_dir(from).unwrap() {
         let e = e.unwrap();
         let dst = to.join(e.file_name());
         if e.file_type().unwrap().is_dir() {
-            copy_dir(&e.path(), &dst);
+            copy_dir(&e.path(), &dst, sync);
         } else {
             std::fs::copy(e.path(), &dst).unwrap();
+            if sync {
+                std::fs::File::open(&dst).unwrap().sync_all().unwrap();
+            }
         }
+    }
+    if sync {
+        std::fs::File::open(to).unwrap().sync_all().unwrap();
     }
 }
 
@@ -156,20 +163,22 @@ fn bench_fork(c: &mut Criterion) {
     let copies = tmp.path().join("copies");
     std::fs::create_dir(&copies).unwrap();
     let mut n = 0u64;
-    g.bench_function("copy_files", |b| {
-        b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
-                n += 1;
-                let to = copies.join(format!("c{n}"));
-                let t = Instant::now();
-                copy_dir(&src, &to);
-                total += t.elapsed();
-                std::fs::remove_dir_all(&to).unwrap();
-            }
-            total
-        })
-    });
+    for (name, sync) in [("copy_files", false), ("copy_files_synced", true)] {
+        g.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    n += 1;
+                    let to = copies.join(format!("c{n}"));
+                    let t = Instant::now();
+                    copy_dir(&src, &to, sync);
+                    total += t.elapsed();
+                    std::fs::remove_dir_all(&to).unwrap();
+                }
+                total
+            })
+        });
+    }
     g.finish();
 }
 
