@@ -217,18 +217,29 @@ pub(crate) fn replay_marker(
     payload: &[u8],
     inner: &mut Inner,
 ) -> Result<(), EngineError> {
+    apply_marker(log_path, loc, payload, &mut inner.state)?;
+    inner.receipts.truncate(0)?;
+    Ok(())
+}
+
+/// Checks a fork marker against the state replayed so far and applies its rules to it.
+pub(crate) fn apply_marker(
+    log_path: &Path,
+    loc: Location,
+    payload: &[u8],
+    state: &mut State,
+) -> Result<(), EngineError> {
     let m: ForkMarker = records::decode(log_path, "a fork marker", payload)?;
-    if m.through != inner.state.revision {
+    if m.through != state.revision {
         return Err(EngineError::corrupt(
             log_path,
             format!(
                 "fork marker at {loc:?} says the copied history ends at {}, but it ends at {}",
-                m.through, inner.state.revision
+                m.through, state.revision
             ),
         ));
     }
-    apply_fork_rules(&mut inner.state);
-    inner.receipts.truncate(0)?;
+    apply_fork_rules(state);
     Ok(())
 }
 
