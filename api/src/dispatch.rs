@@ -98,11 +98,11 @@ pub fn call(
         "source" => out(root.source(parse(params)?)?),
         "watch" => out(root.watch(parse(params)?)?),
         "search" => out(root.search(parse(params)?)?),
-        // PENDING "fork" => out(root.fork(parse(params)?)?),
-        // PENDING "forkReceipt" => out(root.fork_receipt(parse(params)?)?),
-        // PENDING "diagnostics" => out(root.diagnostics(parse(params)?)?),
-        // PENDING "watchDiagnostics" => out(root.watch_diagnostics(parse(params)?)?),
-        // PENDING "recordDiagnostic" => out(root.record_diagnostic(parse(params)?)?),
+        "fork" => out(root.fork(parse(params)?)?),
+        "forkReceipt" => out(root.fork_receipt(parse(params)?)?),
+        "diagnostics" => out(root.diagnostics(parse(params)?)?),
+        "watchDiagnostics" => out(root.watch_diagnostics(parse(params)?)?),
+        "recordDiagnostic" => out(root.record_diagnostic(parse(params)?)?),
         "context" => out(root.context(parse(params)?)?),
         "attachments" => out(root.attachments(parse(params)?)?),
         "readAttachments" => out(root.read_attachments(parse(params)?)?),
@@ -123,8 +123,8 @@ pub fn call(
         }
         "gitStatus" => out(host.git_status(parse(params)?)?),
         "gitDiff" => out(host.git_diff(parse(params)?)?),
-        // PENDING "snapshotPatch" => out(host.snapshot_patch(parse(params)?)?),
-        // PENDING "readPatch" => out(root.read_patch(parse(params)?)?),
+        "snapshotPatch" => out(host.snapshot_patch(parse(params)?)?),
+        "readPatch" => out(root.read_patch(parse(params)?)?),
         other => Err(ApiError::invalid(format!(
             "unknown method {other:?}; `logbook serve --help` lists the methods"
         ))),

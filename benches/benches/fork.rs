@@ -19,9 +19,9 @@ struct Words(u64);
 impl Words {
     fn text(&mut self, bytes: usize) -> String {
         const W: [&str; 24] = [
-            "the", "session", "log", "segment", "index", "fork", "turn", "model", "tool",
-            "result", "reads", "writes", "history", "sealed", "offset", "bytes", "file",
-            "cursor", "fence", "search", "text", "quick", "brown", "storage",
+            "the", "session", "log", "segment", "index", "fork", "turn", "model", "tool", "result",
+            "reads", "writes", "history", "sealed", "offset", "bytes", "file", "cursor", "fence",
+            "search", "text", "quick", "brown", "storage",
         ];
         let mut s = String::with_capacity(bytes + 16);
         while s.len() < bytes {
@@ -124,8 +124,9 @@ fn bench_fork(c: &mut Criterion) {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(1024);
-    let tmp = tempfile::tempdir_in(std::env::var("LOGBOOK_BENCH_DIR").unwrap_or_else(|_| ".".into()))
-        .unwrap();
+    let tmp =
+        tempfile::tempdir_in(std::env::var("LOGBOOK_BENCH_DIR").unwrap_or_else(|_| ".".into()))
+            .unwrap();
     let dir = tmp.path().join("root");
     let t = Instant::now();
     let (root, rev) = build(&dir, mib);
