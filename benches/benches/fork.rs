@@ -19,9 +19,9 @@ struct Words(u64);
 impl Words {
     fn text(&mut self, bytes: usize) -> String {
         const W: [&str; 24] = [
-            "the", "session", "log", "segment", "index", "fork", "turn", "model", "tool",
-            "result", "reads", "writes", "history", "sealed", "offset", "bytes", "file",
-            "cursor", "fence", "search", "text", "quick", "brown", "storage",
+            "the", "session", "log", "segment", "index", "fork", "turn", "model", "tool", "result",
+            "reads", "writes", "history", "sealed", "offset", "bytes", "file", "cursor", "fence",
+            "search", "text", "quick", "brown", "storage",
         ];
         let mut s = String::with_capacity(bytes + 16);
         while s.len() < bytes {
@@ -29,7 +29,7 @@ impl Words {
             self.0 ^= self.0 >> 7;
             self.0 ^= self.0 << 17;
             s.push_str(W[(self.0 % 24) as usize]);
-            s.push(if self.0 % 11 == 0 { '\n' } else { ' ' });
+            s.push(if self.0.is_multiple_of(11) { '\n' } else { ' ' });
         }
         s
     }
@@ -124,8 +124,9 @@ fn bench_fork(c: &mut Criterion) {
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(1024);
-    let tmp = tempfile::tempdir_in(std::env::var("LOGBOOK_BENCH_DIR").unwrap_or_else(|_| ".".into()))
-        .unwrap();
+    let tmp =
+        tempfile::tempdir_in(std::env::var("LOGBOOK_BENCH_DIR").unwrap_or_else(|_| ".".into()))
+            .unwrap();
     let dir = tmp.path().join("root");
     let t = Instant::now();
     let (root, rev) = build(&dir, mib);
