@@ -29,7 +29,7 @@ impl Words {
             self.0 ^= self.0 >> 7;
             self.0 ^= self.0 << 17;
             s.push_str(W[(self.0 % 24) as usize]);
-            s.push(if self.0 % 11 == 0 { '\n' } else { ' ' });
+            s.push(if self.0.is_multiple_of(11) { '\n' } else { ' ' });
         }
         s
     }
