@@ -1,7 +1,10 @@
 //! Method names to Host calls: parse the parameters, call, serialise the result.
 //!
 //! Used by `logbook serve` and by the command line's `--json` paths, so both
-//! speak exactly the same shapes.
+//! speak exactly the same shapes. Below, every method with a request and its
+//! answer, recorded from a real run (the same text is `docs/wire.md`).
+//!
+#![doc = include_str!("../../docs/wire.md")]
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};

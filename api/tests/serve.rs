@@ -738,3 +738,72 @@ fn fork_diagnostics_context_and_attachments() {
         page["diagnostics"]
     );
 }
+
+#[test]
+fn internal_tool_rows_are_hidden_but_found_and_opened_from_a_hit() {
+    let root = new_root();
+    let mut s = Server::start(root.path());
+    create(&mut s, "s1", None);
+    let inv = s.ok(
+        "send",
+        json!({"sessionId": "s1", "operation": "m", "text": "look it up", "attachments": []}),
+    )["invocation"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    s.ok("append", json!({"sessionId": "s1", "operation": "a", "events": [
+        {"kind": "modelCompletion", "invocation": inv, "model": "m", "usage": null, "items": [
+            {"kind": "toolCall", "id": "i1", "name": "lookup", "arguments": "{\"q\":\"zebra\"}", "internal": true},
+            {"kind": "toolCall", "id": "i2", "name": "lookup", "arguments": "{\"q\":\"yak\"}", "internal": true},
+            {"kind": "toolCall", "id": "v1", "name": "read", "arguments": "", "internal": false}]},
+        tool_result(&inv, "i1", "zebra facts"),
+        tool_result(&inv, "v1", ""),
+        {"kind": "turnSettled", "invocation": inv, "outcome": "completed"}]}));
+    let h = s.ok("history", json!({"sessionId": "s1"}));
+    let kinds: Vec<(u64, u64, String)> = h["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["position"]["sourceSequence"].as_u64().unwrap(),
+                r["position"]["itemIndex"].as_u64().unwrap(),
+                r["kind"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    // The internal calls and the internal call's result are hidden; empty tool rows are shown.
+    assert_eq!(
+        kinds,
+        vec![
+            (2, 0, "user".into()),
+            (3, 2, "toolCall".into()),
+            (5, 0, "toolResult".into())
+        ]
+    );
+    // Search still finds the internal call's arguments.
+    let hits = s.ok(
+        "search",
+        json!({"sessionId": "s1", "query": "zebra", "caseSensitive": true}),
+    );
+    let hit = hits["hits"][0].clone();
+    assert_eq!(
+        hit["position"],
+        json!({"sourceSequence": 3, "itemIndex": 0})
+    );
+    assert_eq!(hit["field"], "arguments");
+    // Opening the hit as a client does (field "body" unless "thinking") shows exactly that row.
+    let opened = s.ok(
+        "history",
+        json!({"sessionId": "s1", "through": hits["through"], "limit": 3,
+        "anchor": {"kind": "row", "position": hit["position"], "field": "body"}}),
+    );
+    let rows = opened["rows"].as_array().unwrap();
+    assert_eq!(rows[0]["position"], hit["position"]);
+    assert_eq!(rows[0]["fields"]["arguments"]["text"], "{\"q\":\"zebra\"}");
+    assert_eq!(
+        rows[1]["position"],
+        json!({"sourceSequence": 3, "itemIndex": 2}),
+        "later internal rows stay hidden"
+    );
+}
