@@ -37,6 +37,7 @@ pub mod json;
 pub mod params;
 mod records;
 mod root;
+pub mod search;
 mod session;
 mod state;
 pub mod validate;
@@ -58,5 +59,10 @@ pub use params::*;
 pub use root::{
     Root, RootOptions, INDEX_SYNC_INTERVAL, READ_ATTACHMENTS_BYTES_MAX, ROOT_FORMAT_VERSION,
     ROOT_MAGIC, SEND_ATTACHMENTS_MAX, SEND_ATTACHMENT_BYTES_MAX, WORKSPACE_BYTES_MAX,
+};
+pub use search::{
+    SEARCH_CURSOR_VERSION, SEARCH_DIR, SEARCH_HITS_DEFAULT, SEARCH_HITS_MAX,
+    SEARCH_PAGE_BYTES_EXAMINED_MAX, SEARCH_PAGE_LOOKUPS_MAX, SEARCH_PAGE_ROWS_EXAMINED_MAX,
+    SEARCH_QUERY_BYTES_MAX,
 };
 pub use state::{CHECKPOINT_FORMAT_VERSION, CHECKPOINT_MAGIC};

@@ -52,6 +52,8 @@ pub struct RootOptions {
     pub durability: Durability,
     /// Cadence of the background index sync and state checkpoint.
     pub index_sync_interval: Duration,
+    /// Size at which a Session log rolls to a new segment (tests use tiny ones).
+    pub segment_bytes_max: u64,
 }
 
 impl Default for RootOptions {
@@ -59,6 +61,7 @@ impl Default for RootOptions {
         RootOptions {
             durability: Durability::Sync,
             index_sync_interval: INDEX_SYNC_INTERVAL,
+            segment_bytes_max: logbook_log::SEGMENT_BYTES_MAX,
         }
     }
 }
@@ -727,6 +730,11 @@ impl Root {
         self.session(&p.session_id)?.history(&p)
     }
 
+    /// One page of literal search hits (SPEC section 3); see [`crate::search`].
+    pub fn search(&self, p: SearchParams) -> Result<SearchPage, EngineError> {
+        self.session(&p.session_id)?.search(&p)
+    }
+
     pub fn source(&self, p: SourceParams) -> Result<SourcePage, EngineError> {
         self.session(&p.session_id)?.source(&p)
     }
@@ -835,6 +843,10 @@ fn reused(operation: &str) -> EngineError {
 }
 
 impl Shared {
+    fn session_log_config(&self) -> logbook_log::LogConfig {
+        crate::session::session_log_config(self.options.durability, self.options.segment_bytes_max)
+    }
+
     fn session(&self, id: &str) -> Result<Arc<Session>, EngineError> {
         let slot = {
             let reg = lock(&self.registry);
@@ -855,7 +867,7 @@ impl Shared {
                 "the Root log lists this Session but its directory is missing",
             ));
         }
-        let s = Arc::new(Session::open(id, &dir, self.options.durability)?);
+        let s = Arc::new(Session::open(id, &dir, self.session_log_config())?);
         *slot = Some(Arc::clone(&s));
         lock(&self.opened).push(Arc::clone(&s));
         Ok(s)
@@ -879,7 +891,7 @@ impl Shared {
             &staging,
             r.workspace.clone(),
             r.branch.clone(),
-            self.options.durability,
+            self.session_log_config(),
         )?;
         crate::fsutil::sync_dir(&staging)?;
         std::fs::rename(&staging, &dir)

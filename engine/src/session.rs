@@ -15,6 +15,7 @@
 use crate::error::EngineError;
 use crate::event::{rows_of, Branch, Event, RowKind, SessionCreated};
 use crate::records::{self, EventRecord, EventRecordRef, Outcome, Receipt};
+use crate::search::SearchIndex;
 use crate::state::State;
 use logbook_index::FixedIndex;
 use logbook_log::{Durability, Location, Log, LogConfig, Record};
@@ -211,6 +212,8 @@ pub(crate) struct Session {
     revision: Mutex<u64>,
     appended: Condvar,
     dirty: AtomicBool,
+    /// Trigram postings for search, loaded on first use (see [`crate::search`]).
+    pub(crate) search: SearchIndex,
 }
 
 fn open_index(path: &Path, tag: [u8; 4], width: u32) -> Result<(FixedIndex, bool), EngineError> {
@@ -228,6 +231,14 @@ pub(crate) fn log_config(durability: Durability) -> LogConfig {
     }
 }
 
+/// A Session log's configuration from the Root's options.
+pub(crate) fn session_log_config(durability: Durability, segment_bytes_max: u64) -> LogConfig {
+    LogConfig {
+        durability,
+        segment_bytes_max,
+    }
+}
+
 impl Session {
     /// Creates the Session's files in `dir` (absent or empty) and writes `sessionCreated` as
     /// sequence 1.
@@ -235,10 +246,10 @@ impl Session {
         dir: &Path,
         workspace: Option<String>,
         branch: Option<Branch>,
-        durability: Durability,
+        config: LogConfig,
     ) -> Result<(), EngineError> {
         std::fs::create_dir_all(dir).map_err(|e| EngineError::io(dir, "create directory", e))?;
-        let log = Log::create(&dir.join("log"), log_config(durability))?;
+        let log = Log::create(&dir.join("log"), config)?;
         let event = Event::SessionCreated(SessionCreated { workspace, branch });
         let payload = records::encode(&EventRecordRef {
             sequence: 1,
@@ -251,12 +262,8 @@ impl Session {
         Ok(())
     }
 
-    pub(crate) fn open(
-        id: &str,
-        dir: &Path,
-        durability: Durability,
-    ) -> Result<Session, EngineError> {
-        let (log, _recovery) = Log::open(&dir.join("log"), log_config(durability))?;
+    pub(crate) fn open(id: &str, dir: &Path, config: LogConfig) -> Result<Session, EngineError> {
+        let (log, _recovery) = Log::open(&dir.join("log"), config)?;
         let (seq, f1) = open_index(&dir.join("seq.idx"), SEQ_TAG, SEQ_ENTRY_BYTES)?;
         let (rows, f2) = open_index(&dir.join("row.idx"), ROW_TAG, ROW_ENTRY_BYTES)?;
         let (receipts, f3) =
@@ -278,6 +285,7 @@ impl Session {
             revision: Mutex::new(0),
             appended: Condvar::new(),
             dirty: AtomicBool::new(false),
+            search: SearchIndex::new(dir),
         };
         session.replay_tail(start)?;
         let rev = session.read().state.revision;
@@ -505,13 +513,16 @@ impl Session {
             payload: &payloads[events.len()],
         });
         let locs = self.log.append(&batch)?;
+        let first_row;
         {
             let mut inner = self.write();
+            first_row = inner.rows.len();
             for (i, e) in events.iter().enumerate() {
                 inner.index_event(first + i as u64, locs[i], e);
             }
             inner.index_receipt(locs[events.len()], m.operation);
         }
+        self.search.appended(self, first_row, &events, &locs);
         if let Some(map) = map.as_mut() {
             map.entry(records::operation_hash(m.operation))
                 .or_default()
