@@ -776,3 +776,87 @@ fn pages_that_find_nothing_are_bounded_and_end() {
         .unwrap();
     assert!(p.hits.is_empty() && p.next_after.is_none());
 }
+
+#[test]
+fn intact_postings_files_are_reused_not_rewritten() {
+    let seed = seeds(1)[0];
+    println!("intact_postings_files_are_reused_not_rewritten seed {seed}");
+    let mut rng = Rng(seed);
+    let dir = tempfile::tempdir().unwrap();
+    Root::init(dir.path()).unwrap();
+    let root = Root::open_with(dir.path(), options(512)).unwrap();
+    let sid = common::create(&root, "s");
+    let mut m = Model {
+        revision: 1,
+        ..Model::default()
+    };
+    for _ in 0..30 {
+        random_turn(&root, &sid, &mut m, &mut rng);
+    }
+    check_queries(&root, &sid, &m, &mut rng, 5, seed);
+    drop(root);
+    let sdir = dir.path().join("sessions/s").join(SEARCH_DIR);
+    let stamp = |files: &[PathBuf]| -> Vec<(PathBuf, std::time::SystemTime, u64)> {
+        files
+            .iter()
+            .map(|f| {
+                let md = std::fs::metadata(f).unwrap();
+                (
+                    f.clone(),
+                    md.modified().unwrap(),
+                    std::os::unix::fs::MetadataExt::ino(&md),
+                )
+            })
+            .collect()
+    };
+    let before = stamp(&postings_files(&sdir));
+    assert!(before.len() >= 3, "seed {seed}: {before:?}");
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let root = Root::open_with(dir.path(), options(512)).unwrap();
+    check_queries(&root, &sid, &m, &mut rng, 10, seed);
+    drop(root);
+    assert_eq!(before, stamp(&postings_files(&sdir)), "seed {seed}");
+}
+
+#[test]
+fn searches_during_appends_see_exactly_their_fence() {
+    let seed = seeds(1)[0];
+    println!("searches_during_appends_see_exactly_their_fence seed {seed}");
+    let dir = tempfile::tempdir().unwrap();
+    Root::init(dir.path()).unwrap();
+    let root = Root::open_with(dir.path(), options(1024)).unwrap();
+    let sid = common::create(&root, "s");
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let mut m = Model {
+        revision: 1,
+        ..Model::default()
+    };
+    let queries = ["a", "ab", "kk", "σσ", "error", "e\u{301}", "😀"];
+    let seen = std::thread::scope(|scope| {
+        let reader = scope.spawn(|| {
+            let mut rng = Rng(seed ^ 0xABCD);
+            let mut seen = Vec::new();
+            while !done.load(std::sync::atomic::Ordering::Acquire) {
+                let q = queries[rng.below(queries.len() as u64) as usize];
+                let (through, hits, _) = engine_hits(&root, "s", None, q, false, false, &mut rng);
+                seen.push((q, through, hits));
+            }
+            seen
+        });
+        let mut rng = Rng(seed);
+        for _ in 0..60 {
+            random_turn(&root, &sid, &mut m, &mut rng);
+        }
+        done.store(true, std::sync::atomic::Ordering::Release);
+        reader.join().unwrap()
+    });
+    assert!(!seen.is_empty());
+    for (q, through, hits) in &seen {
+        assert_eq!(
+            *hits,
+            reference(&m, *through, q, false, false, false),
+            "seed {seed}: {q:?} at fence {through}"
+        );
+    }
+    println!("{} concurrent searches checked", seen.len());
+}
