@@ -4,8 +4,10 @@
 //! trigram postings ([`index`]): one file per finished log segment plus an in-memory builder
 //! for the active segment, doc = row. Every candidate is verified with
 //! [`logbook_index::Matcher`] on the original field text read from the log, so postings only
-//! ever narrow the work, never decide a hit. A query whose folded form is shorter than one
-//! trigram (3 bytes) has no trigrams: every row is a candidate (a bounded scan).
+//! ever narrow the work, never decide a hit. A query whose folded form is 2 bytes has no
+//! trigram of its own; it takes the union of the 512 trigrams that extend it by one byte on
+//! either side (fields are indexed between edge bytes, so every 2-byte run has one). A 1-byte
+//! folded query makes every row a candidate (a bounded scan).
 //!
 //! Hit order: row position, then field (`body` < `thinking` < `arguments`, the order in which
 //! a row kind lists them), then `start`. Each page does bounded work:
@@ -88,6 +90,62 @@ pub struct SearchPage {
     pub through: u64,
     pub hits: Vec<SearchHit>,
     pub next_after: Option<String>,
+}
+
+/// Which docs a postings source must return for the query.
+enum Plan {
+    /// Folded query of 3+ bytes: docs holding all its trigrams.
+    AllOf(Vec<u32>),
+    /// Folded query of 2 bytes `b1 b2`: docs holding any trigram `? b1 b2` or `b1 b2 ?`
+    /// (every field is indexed between edge bytes, so each 2-byte run has one).
+    AnyOf(Vec<u32>),
+    /// Folded query of 1 byte: every doc (a bounded scan).
+    Every,
+}
+
+impl Plan {
+    fn new(query: &str, matcher: &Matcher) -> Plan {
+        if !matcher.trigrams().is_empty() {
+            return Plan::AllOf(matcher.trigrams().to_vec());
+        }
+        let folded: String = query.chars().map(logbook_index::fold_char).collect();
+        match *folded.as_bytes() {
+            [b1, b2] => {
+                let pair = (u32::from(b1) << 8) | u32::from(b2);
+                let mut keys: Vec<u32> = (0..=255u32)
+                    .flat_map(|c| [(c << 16) | pair, (pair << 8) | c])
+                    .collect();
+                keys.sort_unstable();
+                keys.dedup();
+                Plan::AnyOf(keys)
+            }
+            _ => Plan::Every,
+        }
+    }
+
+    /// Runs the plan against one source (`lookup(trigrams, from_doc, limit)`): at most
+    /// `CANDIDATE_BATCH` docs `>= from_doc`, ascending; fewer means no more in this source.
+    fn candidates<E>(
+        &self,
+        from_doc: u32,
+        mut lookup: impl FnMut(&[u32], u32, usize) -> Result<Vec<u32>, E>,
+    ) -> Result<Vec<u32>, E> {
+        match self {
+            Plan::AllOf(t) => lookup(t, from_doc, CANDIDATE_BATCH),
+            Plan::Every => lookup(&[], from_doc, CANDIDATE_BATCH),
+            Plan::AnyOf(keys) => {
+                // The union's first BATCH docs are among each list's first BATCH docs.
+                let mut all = Vec::new();
+                for k in keys {
+                    all.extend(lookup(std::slice::from_ref(k), from_doc, CANDIDATE_BATCH)?);
+                }
+                all.sort_unstable();
+                all.dedup();
+                all.truncate(CANDIDATE_BATCH);
+                Ok(all)
+            }
+        }
+    }
 }
 
 /// Where candidates for a run of rows come from.
@@ -241,7 +299,8 @@ impl Session {
             event: None,
             found: Vec::new(),
         };
-        let resume = self.search_rows(&mut page, tail, start, n)?;
+        let plan = Plan::new(&p.query, &matcher);
+        let resume = self.search_rows(&mut page, &plan, tail, start, n)?;
         let next_after = resume.map(|c| c.encode(&binding));
         Ok(SearchPage {
             through,
@@ -254,11 +313,11 @@ impl Session {
     fn search_rows(
         &self,
         page: &mut Page<'_>,
+        plan: &Plan,
         tail: &Tail,
         start: SearchCursor,
         n: u64,
     ) -> Result<Option<SearchCursor>, EngineError> {
-        let trigrams = page.matcher.trigrams().to_vec();
         let (mut row, mut field, mut offset) = (start.row, start.field, start.offset);
         let mut lookups = 0u64;
         while row < n {
@@ -288,15 +347,17 @@ impl Session {
             }
             let from_doc = u32::try_from(row - first).expect("a segment's rows fit in u32");
             let docs = match &source {
-                Source::Tail(t) => t.builder.candidates(&trigrams, from_doc, CANDIDATE_BATCH),
+                Source::Tail(t) => plan.candidates(from_doc, |k, f, l| {
+                    Ok::<_, EngineError>(t.builder.candidates(k, f, l))
+                })?,
                 Source::Sealed(seg, s) => {
-                    match s.candidates(&trigrams, from_doc, CANDIDATE_BATCH) {
+                    match plan.candidates(from_doc, |k, f, l| s.candidates(k, f, l)) {
                         Ok(d) => d,
                         // A damaged file: rebuild it from the log and ask again.
-                        Err(_) => self
-                            .search
-                            .sealed(self, page.inner, *seg, true)?
-                            .candidates(&trigrams, from_doc, CANDIDATE_BATCH)?,
+                        Err(_) => {
+                            let s = self.search.sealed(self, page.inner, *seg, true)?;
+                            plan.candidates(from_doc, |k, f, l| s.candidates(k, f, l))?
+                        }
                     }
                 }
                 Source::Uncovered => {

@@ -4,8 +4,10 @@
 //!   event (`doc = row - first_row(segment)`), so they fit in u32 whatever the Session's size.
 //! - A segment is *finished* once the log has moved past it (`log.end().segment` or a later
 //!   append's Location is in a higher segment); its records never change again. Each finished
-//!   segment that publishes rows gets `search/seg-<segment>-row-<first row>.post` (both as 16 hex digits), a
-//!   [`PostingsFile`] over the simply folded text of the rows' searchable fields, one doc per
+//!   segment that publishes rows gets `search/seg-<segment>-row-<first row>.v<layout>.post` (numbers as 16 hex digits,
+//!   layout = [`SEARCH_LAYOUT_VERSION`]), a
+//!   [`PostingsFile`] over the simply folded text of the rows' searchable fields (each field
+//!   between two [`FIELD_EDGE`] bytes), one doc per
 //!   row (a doc is added even when all its fields are empty, so the file's doc count equals the
 //!   segment's row count: a file whose count differs is stale and rebuilt).
 //! - The active (unsealed) segment's rows live in an in-memory [`PostingsBuilder`], updated by
@@ -29,6 +31,10 @@ use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 
 /// Directory (inside the Session directory) of the postings files.
 pub const SEARCH_DIR: &str = "search";
+
+/// Version of what the engine puts into postings files (which fields, folding, field edges);
+/// part of the file name, so files of another layout are never read.
+pub const SEARCH_LAYOUT_VERSION: u32 = 1;
 
 /// True for the fields search looks into.
 pub(crate) fn is_searchable(field: &str) -> bool {
@@ -85,7 +91,7 @@ struct Reader<'a> {
     session: &'a Session,
     sequence: u64,
     event: Option<Event>,
-    fold: String,
+    fold: FoldBuf,
 }
 
 impl<'a> Reader<'a> {
@@ -94,7 +100,7 @@ impl<'a> Reader<'a> {
             session,
             sequence: 0,
             event: None,
-            fold: String::new(),
+            fold: FoldBuf::default(),
         }
     }
 
@@ -132,21 +138,37 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// Byte put before and after each field's folded text when it is indexed. Never part of
+/// UTF-8, so it matches nothing real; it gives every 1- and 2-byte run of a field a trigram
+/// (`FIELD_EDGE b1 b2`, `b1 b2 FIELD_EDGE`, ...), which lets 2-byte queries use the postings.
+pub(crate) const FIELD_EDGE: u8 = 0xFF;
+
+/// Scratch space for folding a field.
+#[derive(Default)]
+pub(crate) struct FoldBuf {
+    text: String,
+    bytes: Vec<u8>,
+}
+
 /// Adds the searchable fields of one row; at least one `add` per row so every row is a doc.
 fn add_fields<'t>(
     builder: &mut PostingsBuilder,
     doc: u32,
     fields: impl Iterator<Item = (&'static str, &'t str)>,
-    fold: &mut String,
+    fold: &mut FoldBuf,
 ) {
     let mut added = false;
     for (name, text) in fields {
         if !is_searchable(name) {
             continue;
         }
-        fold.clear();
-        fold_into(text, fold);
-        builder.add(doc, fold.as_bytes());
+        fold.text.clear();
+        fold_into(text, &mut fold.text);
+        fold.bytes.clear();
+        fold.bytes.push(FIELD_EDGE);
+        fold.bytes.extend_from_slice(fold.text.as_bytes());
+        fold.bytes.push(FIELD_EDGE);
+        builder.add(doc, &fold.bytes);
         added = true;
     }
     if !added {
@@ -216,8 +238,9 @@ impl SearchIndex {
     /// Path of the postings file of `segment`, whose first row is `first_row`: the name binds
     /// both, so a file can only ever be taken for the segment and rows it was built from.
     pub(crate) fn file_path(&self, segment: u64, first_row: u64) -> PathBuf {
-        self.dir
-            .join(format!("seg-{segment:016x}-row-{first_row:016x}.post"))
+        self.dir.join(format!(
+            "seg-{segment:016x}-row-{first_row:016x}.v{SEARCH_LAYOUT_VERSION}.post"
+        ))
     }
 
     fn sealed_map(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Sealed>>> {
@@ -335,7 +358,7 @@ impl SearchIndex {
         let mut guard = self.tail.write().unwrap_or_else(|p| p.into_inner());
         let r = match guard.as_mut() {
             Some(t) if t.covered == first_row => {
-                let mut fold = String::new();
+                let mut fold = FoldBuf::default();
                 let mut row = first_row;
                 let mut r = Ok(());
                 for (event, loc) in events.iter().zip(locs) {
