@@ -1,7 +1,7 @@
 //! Literal search over a Session's rows (contract section 3).
 //!
 //! A page walks rows in position order from the cursor. Which rows it looks at comes from the
-//! trigram postings ([`index`]): one file per finished log segment plus an in-memory builder
+//! trigram postings (module `index`): one file per finished log segment plus an in-memory builder
 //! for the active segment, doc = row. Every candidate is verified with
 //! [`logbook_index::Matcher`] on the original field text read from the log, so postings only
 //! ever narrow the work, never decide a hit. A query whose folded form is 2 bytes has no
