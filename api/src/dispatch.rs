@@ -97,7 +97,7 @@ pub fn call(
         "history" => out(root.history(parse(params)?)?),
         "source" => out(root.source(parse(params)?)?),
         "watch" => out(root.watch(parse(params)?)?),
-        // PENDING "search" => out(root.search(parse(params)?)?),
+        "search" => out(root.search(parse(params)?)?),
         // PENDING "fork" => out(root.fork(parse(params)?)?),
         // PENDING "forkReceipt" => out(root.fork_receipt(parse(params)?)?),
         // PENDING "diagnostics" => out(root.diagnostics(parse(params)?)?),

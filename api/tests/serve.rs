@@ -306,7 +306,6 @@ fn long_fields_are_cut_in_rows_and_read_whole_with_source() {
 }
 
 #[test]
-#[ignore = "PENDING: search is wired in when the engine has it"]
 fn search_finds_folded_text_page_by_page() {
     let root = new_root();
     let mut s = Server::start(root.path());

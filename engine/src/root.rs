@@ -7,7 +7,7 @@ use crate::event::{
 };
 use crate::params::*;
 use crate::records::{self, Outcome, SessionRecord};
-use crate::session::{log_config, Mutation, Session};
+use crate::session::{log_config, Mutation, Prepared, Session};
 use crate::state::State;
 use crate::validate::{validate_event, validate_id, validate_session_id, APPEND_EVENTS_MAX};
 use base64::Engine as _;
@@ -231,7 +231,7 @@ fn is_empty_dir(dir: &Path) -> Result<bool, EngineError> {
 }
 
 /// Semantic checks of a batch against the state: ids that must be new or known.
-fn check_batch(state: &State, events: &[Event]) -> Result<(), EngineError> {
+fn check_batch(state: &State, events: &[&Event]) -> Result<(), EngineError> {
     let mut new_invocations = HashSet::new();
     let mut new_interactions = HashSet::new();
     let mut resolved = HashSet::new();
@@ -514,12 +514,25 @@ impl Root {
             validate_event(i, e)?;
         }
         let s = self.session(&p.session_id)?;
-        let params = records::params_digest("append", &p.events);
+        // Encode every event once: the receipt digest (mutation name, 0, postcard of the event
+        // list) and the record payloads both use these bytes.
+        let prepared: Vec<Prepared> = p.events.into_iter().map(Prepared::new).collect();
+        let params = {
+            let mut h = Sha256::new();
+            h.update(b"append\0");
+            h.update(records::encode(&(prepared.len() as u64)));
+            for e in &prepared {
+                h.update(&e.bytes);
+            }
+            h.finalize().into()
+        };
         let blobs = &self.shared.blobs;
-        let events = p.events;
+        let mut prepared = Some(prepared);
         let mut build = |state: &State, first: u64| {
-            check_batch(state, &events)?;
-            for (i, e) in events.iter().enumerate() {
+            let events = prepared.take().expect("build runs once");
+            let plain: Vec<&Event> = events.iter().map(|e| &e.event).collect();
+            check_batch(state, &plain)?;
+            for (i, e) in plain.iter().enumerate() {
                 if let Event::UserMessage(m) = e {
                     for a in &m.attachments {
                         if blobs.size(&a.digest)? != Some(a.bytes) {
@@ -533,7 +546,7 @@ impl Root {
                 }
             }
             let last = first + events.len() as u64 - 1;
-            Ok((events.clone(), Outcome::Append { first, last }))
+            Ok((events, Outcome::Append { first, last }))
         };
         match s.mutate(Mutation {
             operation: &p.operation,
@@ -608,7 +621,7 @@ impl Root {
                 attachments,
             });
             Ok((
-                vec![event],
+                vec![Prepared::new(event)],
                 Outcome::Send {
                     invocation,
                     sequence: first,
@@ -655,9 +668,9 @@ impl Root {
                 Some(_) => {}
             }
             Ok((
-                vec![Event::StopRequested(StopRequested {
+                vec![Prepared::new(Event::StopRequested(StopRequested {
                     invocation: inv.clone(),
-                })],
+                }))],
                 Outcome::Sequence { sequence: first },
             ))
         };
@@ -697,7 +710,10 @@ impl Root {
                 interaction_id: p.interaction_id.clone(),
                 response: p.response.clone(),
             });
-            Ok((vec![event], Outcome::Sequence { sequence: first }))
+            Ok((
+                vec![Prepared::new(event)],
+                Outcome::Sequence { sequence: first },
+            ))
         };
         match s.mutate(Mutation {
             operation: &p.operation,
@@ -730,13 +746,17 @@ impl Root {
         self.session(&p.session_id)?.history(&p)
     }
 
-    /// One page of literal search hits (SPEC section 3); see [`crate::search`].
-    pub fn search(&self, p: SearchParams) -> Result<SearchPage, EngineError> {
-        self.session(&p.session_id)?.search(&p)
-    }
-
     pub fn source(&self, p: SourceParams) -> Result<SourcePage, EngineError> {
         self.session(&p.session_id)?.source(&p)
+    }
+
+    /// Literal search of `body`, `thinking` and `arguments` fields under a fence; bounded work
+    /// per page; follow `nextAfter` until null.
+    pub fn search(
+        &self,
+        p: crate::search::SearchParams,
+    ) -> Result<crate::search::SearchPage, EngineError> {
+        self.session(&p.session_id)?.search(&p)
     }
 
     /// Blocks up to `timeoutMs` until an event with `sequence > after` exists.
@@ -807,7 +827,8 @@ impl Root {
         })
     }
 
-    /// Walks every checksum of the Root: the Root log, every Session log, every blob.
+    /// Walks every checksum of the Root (the Root log, every Session log, every blob) and checks
+    /// every derived index entry against its log.
     pub fn verify(&self) -> Result<VerifyReport, EngineError> {
         let mut report = VerifyReport::default();
         let r = self.shared.root_log.verify()?;
@@ -821,6 +842,7 @@ impl Root {
         for id in &ids {
             let s = self.session(id)?;
             let v = s.log().verify()?;
+            s.verify_derived()?;
             report.sessions += 1;
             report.records += v.records;
             report.bytes += v.bytes;
@@ -893,10 +915,17 @@ impl Shared {
             r.branch.clone(),
             self.session_log_config(),
         )?;
-        crate::fsutil::sync_dir(&staging)?;
+        // Directory syncs are what makes the creation durable; bulk import skips them too.
+        let durable = self.options.durability == Durability::Sync;
+        if durable {
+            crate::fsutil::sync_dir(&staging)?;
+        }
         std::fs::rename(&staging, &dir)
             .map_err(|e| EngineError::io(&dir, "rename into place", e))?;
-        crate::fsutil::sync_dir(&sessions)
+        if durable {
+            crate::fsutil::sync_dir(&sessions)?;
+        }
+        Ok(())
     }
 
     fn sync_all(&self) -> Result<(), EngineError> {

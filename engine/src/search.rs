@@ -45,6 +45,12 @@ pub const SEARCH_PAGE_ROWS_EXAMINED_MAX: u64 = 4096;
 pub const SEARCH_PAGE_BYTES_EXAMINED_MAX: u64 = 16 << 20;
 /// Most postings lookups (candidate batches) per page.
 pub const SEARCH_PAGE_LOOKUPS_MAX: u64 = 4096;
+/// Same limit under the name the first, scan-only search used.
+pub const SEARCH_SCAN_ROWS_MAX: u64 = SEARCH_PAGE_ROWS_EXAMINED_MAX;
+/// Same limit under the name the first, scan-only search used.
+pub const SEARCH_SCAN_BYTES_MAX: u64 = SEARCH_PAGE_BYTES_EXAMINED_MAX;
+/// The searched fields, in the order hits of one row are reported.
+pub const SEARCH_FIELDS: [&str; 3] = ["body", "thinking", "arguments"];
 /// Longest query, in bytes.
 pub const SEARCH_QUERY_BYTES_MAX: usize = 4096;
 /// Candidates fetched from one postings source per lookup.

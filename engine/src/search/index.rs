@@ -352,7 +352,7 @@ impl SearchIndex {
         &self,
         session: &Session,
         first_row: u64,
-        events: &[Event],
+        events: &[&Event],
         locs: &[Location],
     ) {
         let mut guard = self.tail.write().unwrap_or_else(|p| p.into_inner());
