@@ -13,6 +13,9 @@
 //! - A mutation's events and its receipt are one log batch: after a crash both or neither exist.
 //! - A read under fence F sees exactly the events `<= F`; pages are O(page), not O(history).
 //! - Opening a Root or a Session costs O(tail after the last checkpoint), not O(history).
+//! - Search postings ([`search`]) are derived as well: one file per finished log segment plus
+//!   an in-memory builder for the active one, loaded on first search or append; hits are
+//!   always verified on the text read from the log.
 //!
 //! ```no_run
 //! use logbook_engine::{Root, CreateSessionParams, SendParams, HistoryParams, Direction};
