@@ -60,12 +60,15 @@
 
 mod blobs;
 mod cursor;
+pub mod diagnostics;
 mod error;
 pub mod event;
+pub mod fork;
 mod fsutil;
 mod history;
 pub mod json;
 pub mod params;
+pub mod patches;
 mod records;
 mod root;
 pub mod search;
@@ -74,12 +77,17 @@ mod state;
 pub mod validate;
 
 pub use cursor::CURSOR_VERSION;
+pub use diagnostics::{
+    Diagnostic, DiagnosticCause, DiagnosticKind, DiagnosticsPage, DiagnosticsParams,
+    DiagnosticsRevision, RecordDiagnosticParams, RecordDiagnosticResult, WatchDiagnosticsParams,
+};
 pub use error::{EngineError, ErrorKind};
 pub use event::{
     AttachmentMeta, Branch, ContextGroup, ContextPrepared, ContextTool, Event,
     InteractionRequested, InteractionResolved, Item, ModelCompletion, Outcome, Part, RowKind,
     SessionCreated, StopRequested, ToolResult, ToolStatus, TurnSettled, Usage, UserMessage,
 };
+pub use fork::{ForkFrom, ForkParams, ForkReceiptParams, ForkResult};
 pub use history::{
     FIELD_TEXT_BYTES_MAX, PAGE_ROWS_DEFAULT, PAGE_ROWS_MAX, SOURCE_BYTES_DEFAULT, SOURCE_BYTES_MAX,
     WATCH_EVENTS_MAX, WATCH_TIMEOUT_MS_MAX,
@@ -87,6 +95,7 @@ pub use history::{
 pub use json::{validate_json, RawJson};
 pub use logbook_log::Durability;
 pub use params::*;
+pub use patches::{PatchInfo, ReadPatchParams};
 pub use root::{
     Root, RootOptions, INDEX_SYNC_INTERVAL, READ_ATTACHMENTS_BYTES_MAX, ROOT_FORMAT_VERSION,
     ROOT_MAGIC, SEND_ATTACHMENTS_MAX, SEND_ATTACHMENT_BYTES_MAX, WORKSPACE_BYTES_MAX,

@@ -52,7 +52,7 @@ pub struct RootOptions {
     pub durability: Durability,
     /// Cadence of the background index sync and state checkpoint.
     pub index_sync_interval: Duration,
-    /// Size at which a Session log rolls to a new segment (tests use tiny ones).
+    /// Size at which Session logs roll to a new segment (tests use tiny ones).
     pub segment_bytes_max: u64,
 }
 
@@ -66,37 +66,39 @@ impl Default for RootOptions {
     }
 }
 
-type SessionSlot = Arc<Mutex<Option<Arc<Session>>>>;
+pub(crate) type SessionSlot = Arc<Mutex<Option<Arc<Session>>>>;
 
-struct Entry {
-    workspace: Option<String>,
-    branch: Option<Branch>,
-    slot: SessionSlot,
+pub(crate) struct Entry {
+    pub(crate) workspace: Option<String>,
+    pub(crate) branch: Option<Branch>,
+    pub(crate) slot: SessionSlot,
 }
 
 #[derive(Default)]
-struct Registry {
-    sessions: BTreeMap<String, Entry>,
+pub(crate) struct Registry {
+    pub(crate) sessions: BTreeMap<String, Entry>,
     /// createSession receipts: operation -> (params digest, sessionId).
     receipts: HashMap<String, ([u8; 32], String)>,
 }
 
-struct Shared {
-    dir: PathBuf,
-    options: RootOptions,
+pub(crate) struct Shared {
+    pub(crate) dir: PathBuf,
+    pub(crate) options: RootOptions,
     _lock: File,
-    root_log: Log,
-    registry: Mutex<Registry>,
+    pub(crate) root_log: Log,
+    pub(crate) registry: Mutex<Registry>,
     opened: Mutex<Vec<Arc<Session>>>,
-    blobs: BlobStore,
-    ids: IdGen,
+    pub(crate) blobs: BlobStore,
+    pub(crate) ids: IdGen,
+    /// Fork receipts, diagnostics logs and patch storage (see `crate::fork`).
+    pub(crate) extras: crate::fork::Extras,
     stop: Mutex<bool>,
     stop_signal: Condvar,
 }
 
 /// An open Root. `Send + Sync`; every method takes `&self`. One writer process per Root.
 pub struct Root {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
     flusher: Option<JoinHandle<()>>,
 }
 
@@ -108,7 +110,7 @@ impl std::fmt::Debug for Root {
     }
 }
 
-struct IdGen {
+pub(crate) struct IdGen {
     seed: [u8; 32],
     counter: AtomicU64,
 }
@@ -130,7 +132,7 @@ impl IdGen {
         }
     }
 
-    fn next(&self, prefix: &str) -> String {
+    pub(crate) fn next(&self, prefix: &str) -> String {
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
         let mut h = Sha256::new();
         h.update(self.seed);
@@ -144,7 +146,7 @@ impl IdGen {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -327,9 +329,19 @@ impl Root {
         let (root_log, _recovery) =
             Log::open(&dir.join(ROOT_LOG_DIR), log_config(options.durability))?;
         let mut registry = Registry::default();
+        let extras = crate::fork::Extras::default();
         let mut last: Option<SessionRecord> = None;
+        let mut last_fork = None;
         for item in root_log.scan(root_log.start()) {
             let (loc, record, _) = item?;
+            if record.kind == records::KIND_FORK_SESSION {
+                let (id, entry, fork) =
+                    crate::fork::load_record(root_log.dir(), &record.payload, &extras)?;
+                registry.sessions.insert(id, entry);
+                last = None;
+                last_fork = Some(fork);
+                continue;
+            }
             if record.kind != records::KIND_SESSION {
                 return Err(EngineError::corrupt(
                     root_log.dir(),
@@ -350,6 +362,7 @@ impl Root {
                 },
             );
             last = Some(r);
+            last_fork = None;
         }
         let shared = Arc::new(Shared {
             dir: dir.to_owned(),
@@ -359,6 +372,7 @@ impl Root {
             _lock: lock_file,
             root_log,
             registry: Mutex::new(registry),
+            extras,
             opened: Mutex::new(Vec::new()),
             stop: Mutex::new(false),
             stop_signal: Condvar::new(),
@@ -368,6 +382,7 @@ impl Root {
         if let Some(r) = last {
             shared.materialize(&r)?;
         }
+        crate::fork::finish_on_open(&shared, last_fork.as_ref())?;
         let worker = Arc::clone(&shared);
         let flusher = std::thread::Builder::new()
             .name("logbook-index-sync".into())
@@ -389,7 +404,7 @@ impl Root {
         self.shared.sync_all()
     }
 
-    fn session(&self, id: &str) -> Result<Arc<Session>, EngineError> {
+    pub(crate) fn session(&self, id: &str) -> Result<Arc<Session>, EngineError> {
         self.shared.session(id)
     }
 
@@ -865,11 +880,14 @@ fn reused(operation: &str) -> EngineError {
 }
 
 impl Shared {
-    fn session_log_config(&self) -> logbook_log::LogConfig {
-        crate::session::session_log_config(self.options.durability, self.options.segment_bytes_max)
+    pub(crate) fn log_config(&self) -> logbook_log::LogConfig {
+        logbook_log::LogConfig {
+            segment_bytes_max: self.options.segment_bytes_max,
+            durability: self.options.durability,
+        }
     }
 
-    fn session(&self, id: &str) -> Result<Arc<Session>, EngineError> {
+    pub(crate) fn session(&self, id: &str) -> Result<Arc<Session>, EngineError> {
         let slot = {
             let reg = lock(&self.registry);
             reg.sessions
@@ -889,7 +907,7 @@ impl Shared {
                 "the Root log lists this Session but its directory is missing",
             ));
         }
-        let s = Arc::new(Session::open(id, &dir, self.session_log_config())?);
+        let s = Arc::new(Session::open_with(id, &dir, self.log_config())?);
         *slot = Some(Arc::clone(&s));
         lock(&self.opened).push(Arc::clone(&s));
         Ok(s)
@@ -909,11 +927,11 @@ impl Shared {
             std::fs::remove_dir_all(&staging)
                 .map_err(|e| EngineError::io(&staging, "remove a half-made Session", e))?;
         }
-        Session::create_files(
+        Session::create_files_with(
             &staging,
             r.workspace.clone(),
             r.branch.clone(),
-            self.session_log_config(),
+            self.log_config(),
         )?;
         // Directory syncs are what makes the creation durable; bulk import skips them too.
         let durable = self.options.durability == Durability::Sync;

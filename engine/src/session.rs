@@ -284,18 +284,10 @@ pub(crate) fn log_config(durability: Durability) -> LogConfig {
     }
 }
 
-/// A Session log's configuration from the Root's options.
-pub(crate) fn session_log_config(durability: Durability, segment_bytes_max: u64) -> LogConfig {
-    LogConfig {
-        durability,
-        segment_bytes_max,
-    }
-}
-
 impl Session {
     /// Creates the Session's files in `dir` (absent or empty) and writes `sessionCreated` as
     /// sequence 1.
-    pub(crate) fn create_files(
+    pub(crate) fn create_files_with(
         dir: &Path,
         workspace: Option<String>,
         branch: Option<Branch>,
@@ -315,7 +307,12 @@ impl Session {
         Ok(())
     }
 
-    pub(crate) fn open(id: &str, dir: &Path, config: LogConfig) -> Result<Session, EngineError> {
+    /// Opens a Session's files with this log configuration (the segment size is a Root option).
+    pub(crate) fn open_with(
+        id: &str,
+        dir: &Path,
+        config: LogConfig,
+    ) -> Result<Session, EngineError> {
         let (log, _recovery) = Log::open(&dir.join("log"), config)?;
         let (seq, f1) = open_index(&dir.join("seq.idx"), SEQ_TAG, SEQ_ENTRY_BYTES)?;
         let (rows, f2) = open_index(&dir.join("row.idx"), ROW_TAG, ROW_ENTRY_BYTES)?;
@@ -427,6 +424,11 @@ impl Session {
                     let r: Receipt =
                         records::decode(&log_path, "a receipt record", &record.payload)?;
                     inner.index_receipt(loc, &r.operation);
+                }
+                records::KIND_FORK => {
+                    // Everything before the marker was copied from the source Session: its
+                    // receipts are the source's, and the marker's rules reset the state.
+                    crate::fork::replay_marker(&log_path, loc, &record.payload, &mut inner)?;
                 }
                 other => {
                     return Err(EngineError::corrupt(
@@ -550,6 +552,12 @@ impl Session {
         Ok(None)
     }
 
+    /// The stored receipt of `operation` in this Session, if any.
+    pub(crate) fn receipt(&self, operation: &str) -> Result<Option<Receipt>, EngineError> {
+        let mut map = self.writer();
+        self.find_receipt(&mut map, operation)
+    }
+
     /// Applies a mutation once: a repeat with the same parameters returns the stored outcome,
     /// with other parameters fails with Conflict. Events and receipt go in one log batch.
     pub(crate) fn mutate(&self, m: Mutation<'_>) -> Result<Outcome, EngineError> {
@@ -659,6 +667,7 @@ impl Session {
         };
         let mut state = State::default();
         let (mut row, mut receipt) = (0u64, 0u64);
+        let mut receipts: Vec<(u64, Location)> = Vec::new();
         for item in self.log.scan(self.log.start()) {
             let (loc, record, _) = item?;
             match record.kind {
@@ -704,15 +713,12 @@ impl Session {
                 records::KIND_RECEIPT => {
                     let r: Receipt =
                         records::decode(self.log.dir(), "a receipt record", &record.payload)?;
-                    let e = inner.receipts.get(receipt);
-                    let ok = e.is_some_and(|e| {
-                        e[0..8] == records::operation_hash(&r.operation).to_le_bytes()
-                            && entry_loc(e, 8) == loc
-                    });
-                    if !ok {
-                        return Err(mismatch(format!("receipt.idx entry {receipt} is wrong")));
-                    }
-                    receipt += 1;
+                    receipts.push((records::operation_hash(&r.operation), loc));
+                }
+                records::KIND_FORK => {
+                    // Receipts before a fork marker were copied from the source: not indexed.
+                    crate::fork::apply_marker(self.log.dir(), loc, &record.payload, &mut state)?;
+                    receipts.clear();
                 }
                 other => {
                     return Err(EngineError::corrupt(
@@ -721,6 +727,16 @@ impl Session {
                     ))
                 }
             }
+        }
+        for (hash, loc) in receipts {
+            let ok = inner
+                .receipts
+                .get(receipt)
+                .is_some_and(|e| e[0..8] == hash.to_le_bytes() && entry_loc(e, 8) == loc);
+            if !ok {
+                return Err(mismatch(format!("receipt.idx entry {receipt} is wrong")));
+            }
+            receipt += 1;
         }
         if state != inner.state || row != inner.rows.len() || receipt != inner.receipts.len() {
             return Err(mismatch(
