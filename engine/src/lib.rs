@@ -13,6 +13,9 @@
 //! - A mutation's events and its receipt are one log batch: after a crash both or neither exist.
 //! - A read under fence F sees exactly the events `<= F`; pages are O(page), not O(history).
 //! - Opening a Root or a Session costs O(tail after the last checkpoint), not O(history).
+//! - Search postings ([`search`]) are derived as well: one file per finished log segment plus
+//!   an in-memory builder for the active one, loaded on first search or append; hits are
+//!   always verified on the text read from the log.
 //!
 //! ```no_run
 //! use logbook_engine::{Root, CreateSessionParams, SendParams, HistoryParams, Direction};
@@ -68,7 +71,7 @@ pub mod params;
 pub mod patches;
 mod records;
 mod root;
-mod search;
+pub mod search;
 mod session;
 mod state;
 pub mod validate;
@@ -98,7 +101,9 @@ pub use root::{
     ROOT_MAGIC, SEND_ATTACHMENTS_MAX, SEND_ATTACHMENT_BYTES_MAX, WORKSPACE_BYTES_MAX,
 };
 pub use search::{
-    SearchHit, SearchPage, SearchParams, SEARCH_FIELDS, SEARCH_HITS_DEFAULT, SEARCH_HITS_MAX,
-    SEARCH_SCAN_BYTES_MAX, SEARCH_SCAN_ROWS_MAX,
+    SearchHit, SearchPage, SearchParams, SEARCH_CURSOR_VERSION, SEARCH_DIR, SEARCH_FIELDS,
+    SEARCH_HITS_DEFAULT, SEARCH_HITS_MAX, SEARCH_PAGE_BYTES_EXAMINED_MAX, SEARCH_PAGE_LOOKUPS_MAX,
+    SEARCH_PAGE_ROWS_EXAMINED_MAX, SEARCH_QUERY_BYTES_MAX, SEARCH_SCAN_BYTES_MAX,
+    SEARCH_SCAN_ROWS_MAX,
 };
 pub use state::{CHECKPOINT_FORMAT_VERSION, CHECKPOINT_MAGIC};

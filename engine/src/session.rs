@@ -15,6 +15,7 @@
 use crate::error::EngineError;
 use crate::event::{rows_of, Branch, Event, RowKind, SessionCreated};
 use crate::records::{self, EventRecord, EventRecordRef, Outcome, Receipt};
+use crate::search::SearchIndex;
 use crate::state::State;
 use logbook_index::FixedIndex;
 use logbook_log::{Durability, Location, Log, LogConfig, Record};
@@ -260,6 +261,8 @@ pub(crate) struct Session {
     appended: Condvar,
     dirty: AtomicBool,
     cache: Mutex<EventCache>,
+    /// Trigram postings for search, loaded on first use (see [`crate::search`]).
+    pub(crate) search: SearchIndex,
 }
 
 fn lock_cache(m: &Mutex<EventCache>) -> MutexGuard<'_, EventCache> {
@@ -333,6 +336,7 @@ impl Session {
             appended: Condvar::new(),
             dirty: AtomicBool::new(false),
             cache: Mutex::new(EventCache::default()),
+            search: SearchIndex::new(dir),
         };
         session.replay_tail(start)?;
         let rev = session.read().state.revision;
@@ -600,13 +604,18 @@ impl Session {
         });
         let locs = self.log.append(&batch)?;
         drop(batch);
+        let first_row;
         {
             let mut inner = self.write();
+            first_row = inner.rows.len();
             for (i, p) in events.iter().enumerate() {
                 inner.index_event(first + i as u64, locs[i], &p.event);
             }
             inner.index_receipt(locs[n], m.operation);
         }
+        let appended: Vec<&Event> = events.iter().map(|p| &p.event).collect();
+        self.search.appended(self, first_row, &appended, &locs);
+        drop(appended);
         if let Some(map) = map.as_mut() {
             map.entry(records::operation_hash(m.operation))
                 .or_default()
