@@ -807,3 +807,169 @@ fn internal_tool_rows_are_hidden_but_found_and_opened_from_a_hit() {
         "later internal rows stay hidden"
     );
 }
+
+/// Runs one `logbook serve` over `lines` and returns every answer line.
+fn serve_once(
+    root: &std::path::Path,
+    lines: &[Value],
+) -> (std::process::ExitStatus, Vec<Value>, String) {
+    use std::io::Write as _;
+    let mut child = std::process::Command::new(bin())
+        .args(["serve", "--root"])
+        .arg(root)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    for l in lines {
+        writeln!(stdin, "{l}").unwrap();
+    }
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let answers = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    (
+        out.status,
+        answers,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn error_codes_name_what_went_wrong() {
+    let root = new_root();
+    let ws = tempfile::tempdir().unwrap();
+    std::fs::create_dir(ws.path().join(".git")).unwrap();
+    std::fs::write(ws.path().join(".git").join("config"), "[core]\n").unwrap();
+    let mut s = Server::start(root.path());
+    create(&mut s, "s1", Some(ws.path()));
+    create(&mut s, "bare", None);
+    // permission_denied: the workspace's .git is never read.
+    assert_eq!(
+        s.err(
+            "readFile",
+            json!({"sessionId": "s1", "path": path(".git/config")})
+        ),
+        "permission_denied"
+    );
+    // unsupported: a snapshot of a workspace without a repository it can read.
+    assert_eq!(
+        s.err(
+            "snapshotPatch",
+            json!({"sessionId": "bare", "operation": "p"})
+        ),
+        "invalid_argument",
+        "no workspace at all"
+    );
+    let plain = tempfile::tempdir().unwrap();
+    create(&mut s, "plain", Some(plain.path()));
+    assert_eq!(
+        s.err(
+            "snapshotPatch",
+            json!({"sessionId": "plain", "operation": "p"})
+        ),
+        "unsupported"
+    );
+    // not_found, conflict, invalid_argument.
+    assert_eq!(
+        s.err(
+            "interaction",
+            json!({"sessionId": "ghost", "interactionId": "x"})
+        ),
+        "not_found"
+    );
+    assert_eq!(
+        s.err(
+            "createSession",
+            json!({"sessionId": "s1", "workspace": null, "operation": "create-s1"})
+        ),
+        "conflict"
+    );
+    assert_eq!(
+        s.err(
+            "createSession",
+            json!({"sessionId": "../evil", "operation": "c"})
+        ),
+        "invalid_argument"
+    );
+    assert_eq!(
+        s.err("history", json!({"sessionId": "s1", "limit": 100_000})),
+        "invalid_argument"
+    );
+    assert_eq!(
+        s.err(
+            "history",
+            json!({"sessionId": "s1", "after": "not-a-cursor"})
+        ),
+        "invalid_argument"
+    );
+    assert!(s.finish().success());
+
+    // unsupported_format: a Root written by another format version is refused by number, and kept.
+    let header = root.path().join("logbook.root");
+    let original = std::fs::read(&header).unwrap();
+    let mut newer = original.clone();
+    newer[8..12].copy_from_slice(&2u32.to_le_bytes());
+    std::fs::write(&header, &newer).unwrap();
+    let (status, _, stderr) = serve_once(
+        root.path(),
+        &[json!({"id": 1, "method": "sessions", "params": {}})],
+    );
+    assert!(!status.success());
+    assert!(
+        stderr.contains("unsupported_format") && stderr.contains('2'),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read(&header).unwrap(),
+        newer,
+        "nothing is migrated or rewritten"
+    );
+    std::fs::write(&header, &original).unwrap();
+
+    // corrupt: damage in the middle of a Session's log is reported for that Session only.
+    let log_dir = root.path().join("sessions").join("s1").join("log");
+    let segment = std::fs::read_dir(&log_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| std::fs::metadata(p).map(|m| m.len() > 64).unwrap_or(false))
+        .expect("a segment file");
+    let mut bytes = std::fs::read(&segment).unwrap();
+    let mut s = Server::start(root.path());
+    let inv = s.ok(
+        "send",
+        json!({"sessionId": "s1", "operation": "m2", "text": "after", "attachments": []}),
+    );
+    assert!(inv["sequence"].as_u64().unwrap() > 1);
+    assert!(s.finish().success());
+    // Flip a byte inside the first record's frame (just past the 32-byte segment header):
+    // later records prove it was durable, so this is damage, not a torn tail. (Damage in the
+    // very last batch cannot be told from a torn write; the log cuts it, keeping a copy.)
+    let more = std::fs::read(&segment).unwrap();
+    bytes = if more.len() > bytes.len() {
+        more
+    } else {
+        bytes
+    };
+    let at = 40;
+    bytes[at] ^= 0x55;
+    std::fs::write(&segment, &bytes).unwrap();
+    let (status, answers, _) = serve_once(
+        root.path(),
+        &[
+            json!({"id": 1, "method": "history", "params": {"sessionId": "s1"}}),
+            json!({"id": 2, "method": "history", "params": {"sessionId": "bare"}}),
+        ],
+    );
+    assert!(status.success());
+    assert_eq!(answers[0]["error"]["code"], "corrupt", "{answers:?}");
+    assert!(
+        answers[1].get("result").is_some(),
+        "other Sessions keep working: {answers:?}"
+    );
+}
