@@ -31,6 +31,8 @@ const BURST_OPS_MAX: u64 = 40;
 /// Older answered mutations repeated after each restart (besides the latest burst).
 const OLD_REPEATS_PER_CYCLE: usize = 12;
 const HISTORY_PAGE_ROWS: u32 = 1024;
+/// Most Sessions the harness creates: every check reads every Session, so this bounds a cycle.
+const SESSIONS_MAX: usize = 6;
 
 fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_logbook"))
@@ -254,7 +256,8 @@ impl Harness {
     fn new_op(&mut self, k: u64) -> Op {
         let op_name = format!("c{}-{k}", self.cycle);
         let pick = self.rng.below(100);
-        if pick < 4 || self.sessions.is_empty() {
+        let creates = self.ops.iter().filter(|o| o.kind == Kind::Create).count();
+        if creates < SESSIONS_MAX && (pick < 4 || self.sessions.is_empty()) {
             let sid = format!("s-{op_name}");
             return Op {
                 kind: Kind::Create,
@@ -564,7 +567,12 @@ impl Harness {
 
     /// Sends a burst of mutations and kills the server at a random moment inside it.
     fn burst_and_kill(&mut self, mut s: Server) -> std::ops::Range<usize> {
-        let n = 1 + self.rng.below(BURST_OPS_MAX);
+        let mut n = 1 + self.rng.below(BURST_OPS_MAX);
+        if self.sessions.is_empty() {
+            // Only creations are possible yet; stay within the Session budget.
+            let creates = self.ops.iter().filter(|o| o.kind == Kind::Create).count();
+            n = n.min((SESSIONS_MAX - creates).max(1) as u64);
+        }
         let start = self.ops.len();
         let mut text = String::new();
         let mut ids = Vec::new();
@@ -739,6 +747,14 @@ fn sigkill_under_a_stream_of_mutations_loses_nothing_answered() {
             break;
         }
         last_burst = h.burst_and_kill(s);
+        if (cycle + 1) % 25 == 0 {
+            println!(
+                "crash harness: {} kills survived ({:.0}s, {} mutations)",
+                cycle + 1,
+                started.elapsed().as_secs_f64(),
+                h.ops.len()
+            );
+        }
     }
     println!(
         "crash harness: seed {seed}: {cycles} SIGKILLs survived in {:.1}s; {} mutations sent, {} answered before a kill, \
