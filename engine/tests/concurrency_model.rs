@@ -83,7 +83,7 @@ fn plan(seed: u64) -> Plan {
         };
         evs.push(json!({"kind": "toolResult", "invocation": inv, "toolCallId": format!("c{b}"), "status": "ok",
                         "body": body, "raw": null, "parts": [], "bytes": body.len(), "digest": digest(&body)}));
-        if next() % 2 == 0 {
+        if next().is_multiple_of(2) {
             evs.push(json!({"kind": "turnSettled", "invocation": inv, "outcome": "completed"}));
         }
         // Rows, as the contract publishes them.
@@ -212,7 +212,7 @@ fn pages_under_a_fence_equal_the_model_while_a_writer_appends_and_seals() {
                     rng ^= rng << 13;
                     rng ^= rng >> 7;
                     rng ^= rng << 17;
-                    let direction = if rng % 2 == 0 {
+                    let direction = if rng.is_multiple_of(2) {
                         Direction::Forward
                     } else {
                         Direction::Backward

@@ -153,7 +153,10 @@ fn expected_position(text: &str, sid: &str, through: u64, dir: Direction) -> Opt
 enum Text {
     Raw(String),
     Armoured(Vec<u8>),
-    Changed { which: u16, edits: Vec<(u8, u8)> },
+    Changed {
+        which: u16,
+        edits: Vec<(u8, u8)>,
+    },
     Forged {
         backward: bool,
         fence: u8,
@@ -189,7 +192,9 @@ fuzz_target!(|input: Input| {
         Text::Raw(s) => s.clone(),
         Text::Armoured(b) => armour(b),
         Text::Changed { which, edits } => {
-            let mut b = f.chain[usize::from(*which) % f.chain.len()].clone().into_bytes();
+            let mut b = f.chain[usize::from(*which) % f.chain.len()]
+                .clone()
+                .into_bytes();
             for (at, to) in edits {
                 if !b.is_empty() {
                     let i = usize::from(*at) % b.len();
@@ -206,7 +211,14 @@ fuzz_target!(|input: Input| {
             other_session,
             version,
         } => {
-            let mut b = vec![b'H', if *version { CURSOR_VERSION + 1 } else { CURSOR_VERSION }];
+            let mut b = vec![
+                b'H',
+                if *version {
+                    CURSOR_VERSION + 1
+                } else {
+                    CURSOR_VERSION
+                },
+            ];
             b.push(u8::from(*backward));
             b.extend_from_slice(&tag(if *other_session { SESSIONS[1 - n] } else { sid }));
             let fence = through.unwrap_or(rev) + u64::from(*fence % 4 == 3);

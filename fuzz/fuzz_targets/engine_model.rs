@@ -35,26 +35,69 @@ fn text(n: u8) -> String {
 
 #[derive(Arbitrary, Debug)]
 enum Item {
-    Assistant { body: u8, thinking: Option<u8> },
-    Call { id: u8, name: u8, args: u8, internal: bool },
+    Assistant {
+        body: u8,
+        thinking: Option<u8>,
+    },
+    Call {
+        id: u8,
+        name: u8,
+        args: u8,
+        internal: bool,
+    },
 }
 
 #[derive(Arbitrary, Debug)]
 enum Ev {
-    User { inv: u8, text: u8 },
-    Completion { inv: u8, items: Vec<Item> },
-    Result { inv: u8, call: u8, body: u8, bad_digest: bool },
-    Settled { inv: u8 },
-    Stop { inv: u8 },
+    User {
+        inv: u8,
+        text: u8,
+    },
+    Completion {
+        inv: u8,
+        items: Vec<Item>,
+    },
+    Result {
+        inv: u8,
+        call: u8,
+        body: u8,
+        bad_digest: bool,
+    },
+    Settled {
+        inv: u8,
+    },
+    Stop {
+        inv: u8,
+    },
 }
 
 #[derive(Arbitrary, Debug)]
 enum Op {
-    Create { s: u8, other_op: bool },
-    Send { s: u8, op: u8, text: u8 },
-    Append { s: u8, op: u8, events: Vec<Ev> },
-    Stop { s: u8, op: u8, inv: u8 },
-    History { s: u8, through: Option<u8>, limit: u8, backward: bool },
+    Create {
+        s: u8,
+        other_op: bool,
+    },
+    Send {
+        s: u8,
+        op: u8,
+        text: u8,
+    },
+    Append {
+        s: u8,
+        op: u8,
+        events: Vec<Ev>,
+    },
+    Stop {
+        s: u8,
+        op: u8,
+        inv: u8,
+    },
+    History {
+        s: u8,
+        through: Option<u8>,
+        limit: u8,
+        backward: bool,
+    },
     Sync,
     Reopen,
 }
@@ -90,9 +133,18 @@ fn event_json(e: &Ev) -> Value {
                 .collect();
             json!({"kind": "modelCompletion", "invocation": inv(*i), "model": "m", "items": items, "usage": null})
         }
-        Ev::Result { inv: i, call, body, bad_digest } => {
+        Ev::Result {
+            inv: i,
+            call,
+            body,
+            bad_digest,
+        } => {
             let b = text(*body);
-            let d = if *bad_digest { digest("other") } else { digest(&b) };
+            let d = if *bad_digest {
+                digest("other")
+            } else {
+                digest(&b)
+            };
             json!({"kind": "toolResult", "invocation": inv(*i), "toolCallId": format!("c{}", call % 6),
                    "status": "ok", "body": b, "raw": {"k": [1, 2.50]}, "parts": [], "bytes": b.len(), "digest": d})
         }
@@ -153,11 +205,13 @@ impl MSession {
                 for (i, it) in items.iter().enumerate() {
                     let t = |k: &str| it[k].as_str().unwrap_or("").to_owned();
                     if it["kind"] == "assistant" {
-                        let f = json!({"body": field(&t("body")), "thinking": field(&t("thinking"))});
+                        let f =
+                            json!({"body": field(&t("body")), "thinking": field(&t("thinking"))});
                         self.rows.push(row(i as u32, "assistant", f, false));
                     } else {
                         let internal = it["internal"].as_bool().unwrap_or(false);
-                        let f = json!({"name": field(&t("name")), "arguments": field(&t("arguments"))});
+                        let f =
+                            json!({"name": field(&t("name")), "arguments": field(&t("arguments"))});
                         self.rows.push(row(i as u32, "toolCall", f, internal));
                     }
                 }
@@ -170,8 +224,12 @@ impl MSession {
             }
             "toolResult" => {
                 let hidden = self.internal_calls.contains(&s("toolCallId"));
-                self.rows
-                    .push(row(0, "toolResult", json!({"body": field(&s("body"))}), hidden));
+                self.rows.push(row(
+                    0,
+                    "toolResult",
+                    json!({"body": field(&s("body"))}),
+                    hidden,
+                ));
             }
             "turnSettled" => {
                 if let Some(settled) = self.invocations.get_mut(&s("invocation")) {
@@ -232,7 +290,11 @@ fn step(w: &mut World, model: &mut Model, op: &Op) {
     match op {
         Op::Create { s, other_op } => {
             let id = sid(*s);
-            let operation = if *other_op { format!("alt-{id}") } else { format!("create-{id}") };
+            let operation = if *other_op {
+                format!("alt-{id}")
+            } else {
+                format!("create-{id}")
+            };
             let got = w
                 .root()
                 .create_session(CreateSessionParams {
@@ -300,9 +362,21 @@ fn step(w: &mut World, model: &mut Model, op: &Op) {
                 .map(|r| json!({"first": r.first_sequence, "last": r.last_sequence}));
             // Structure first, then the Session, then the receipt, then the state.
             let bad = list.is_empty()
-                || events.iter().take(8).any(|e| matches!(e, Ev::Result { bad_digest: true, .. }));
+                || events.iter().take(8).any(|e| {
+                    matches!(
+                        e,
+                        Ev::Result {
+                            bad_digest: true,
+                            ..
+                        }
+                    )
+                });
             if bad {
-                assert_eq!(kind_of(&got).err(), Some(ErrorKind::InvalidArgument), "{op:?}");
+                assert_eq!(
+                    kind_of(&got).err(),
+                    Some(ErrorKind::InvalidArgument),
+                    "{op:?}"
+                );
                 return;
             }
             let Some(m) = model.sessions.get_mut(&id) else {
@@ -370,13 +444,22 @@ fn step(w: &mut World, model: &mut Model, op: &Op) {
                 Some(true) => Err(ErrorKind::Conflict),
                 Some(false) => Ok(json!(m.revision + 1)),
             };
-            assert_eq!(kind_of(&got), want.as_ref().map_err(|k| *k), "{op:?} {invocation}");
+            assert_eq!(
+                kind_of(&got),
+                want.as_ref().map_err(|k| *k),
+                "{op:?} {invocation}"
+            );
             if let Ok(r) = want {
                 m.apply(&json!({"kind": "stopRequested", "invocation": invocation}));
                 m.receipts.insert(operation, (canon, r));
             }
         }
-        Op::History { s, through, limit, backward } => {
+        Op::History {
+            s,
+            through,
+            limit,
+            backward,
+        } => {
             let id = sid(*s);
             let Some(m) = model.sessions.get(&id) else {
                 let got = w.root().history(HistoryParams {
@@ -392,7 +475,11 @@ fn step(w: &mut World, model: &mut Model, op: &Op) {
             };
             let fence = through.map(|t| u64::from(t) % (m.revision + 2));
             let limit = u32::from(limit % 16) + 1;
-            let direction = if *backward { Direction::Backward } else { Direction::Forward };
+            let direction = if *backward {
+                Direction::Backward
+            } else {
+                Direction::Forward
+            };
             let mut after = None;
             let mut rows = Vec::new();
             let mut pinned = fence;
@@ -406,14 +493,21 @@ fn step(w: &mut World, model: &mut Model, op: &Op) {
                     direction: Some(direction),
                 });
                 if fence.is_some_and(|f| f > m.revision) {
-                    assert_eq!(got.err().map(|e| e.kind()), Some(ErrorKind::InvalidArgument));
+                    assert_eq!(
+                        got.err().map(|e| e.kind()),
+                        Some(ErrorKind::InvalidArgument)
+                    );
                     return;
                 }
                 let page = got.unwrap_or_else(|e| panic!("{op:?}: {e}"));
                 assert_eq!(page.through, fence.unwrap_or(m.revision), "{op:?}");
                 assert!(page.rows.len() <= limit as usize);
                 pinned = Some(page.through);
-                rows.extend(page.rows.iter().map(|r| serde_json::to_value(r).expect("row")));
+                rows.extend(
+                    page.rows
+                        .iter()
+                        .map(|r| serde_json::to_value(r).expect("row")),
+                );
                 match page.next_after {
                     Some(a) => after = Some(a),
                     None => break,
@@ -429,7 +523,10 @@ fn step(w: &mut World, model: &mut Model, op: &Op) {
             if *backward {
                 want.reverse();
             }
-            assert_eq!(rows, want, "history of {id} under {f}, {direction:?}, limit {limit}");
+            assert_eq!(
+                rows, want,
+                "history of {id} under {f}, {direction:?}, limit {limit}"
+            );
         }
         Op::Sync => w.root().sync_indexes().expect("sync indexes"),
         Op::Reopen => {
@@ -447,7 +544,11 @@ fn step(w: &mut World, model: &mut Model, op: &Op) {
     }
     // Revisions follow the model after every step.
     for (id, m) in &model.sessions {
-        assert_eq!(w.root().revision(id).expect("revision"), m.revision, "{id} after {op:?}");
+        assert_eq!(
+            w.root().revision(id).expect("revision"),
+            m.revision,
+            "{id} after {op:?}"
+        );
     }
 }
 

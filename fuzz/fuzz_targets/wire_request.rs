@@ -82,7 +82,10 @@ fn run(host: &Arc<Host>, input: &[u8]) -> Vec<Value> {
             .iter()
             .filter(|t| obj.contains_key(**t))
             .count();
-        assert_eq!(tags, 1, "answer must carry exactly one of result/error/item: {line}");
+        assert_eq!(
+            tags, 1,
+            "answer must carry exactly one of result/error/item: {line}"
+        );
         if let Some(err) = obj.get("error") {
             let code = err["code"].as_str().expect("error code is a string");
             assert!(
