@@ -22,8 +22,14 @@ if ! cargo fuzz --help >/dev/null 2>&1; then
   cargo install cargo-fuzz --locked
 fi
 
-# Target names: the `name = "..."` lines of the [[bin]] sections.
-mapfile -t targets < <(awk '/^\[\[bin\]\]/ {bin = 1; next} /^\[/ {bin = 0} bin && /^name *=/ {gsub(/.*= *"|".*/, ""); print}' fuzz/Cargo.toml)
+# Target names: the [[bin]] sections whose path is under fuzz_targets/ (other bins, such as a
+# seed-corpus writer, are tools, not targets).
+mapfile -t targets < <(awk '
+  /^\[\[bin\]\]/ {bin = 1; name = ""; next}
+  /^\[/ {bin = 0}
+  bin && /^name *=/ {name = $0; gsub(/.*= *"|".*/, "", name)}
+  bin && /^path *= *"fuzz_targets\// {print name}
+' fuzz/Cargo.toml)
 if [ "${#targets[@]}" -eq 0 ]; then
   echo "fuzz-ci: no [[bin]] targets in fuzz/Cargo.toml" >&2
   exit 2

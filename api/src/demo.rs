@@ -119,7 +119,7 @@ pub fn run(root: &Path) -> Result<(), ApiError> {
 
     write_sample(&host, &session)?;
     read_back(&host, &session)?;
-    // PENDING: search(&host, &session)?; once the engine answers `search`.
+    search(&host, &session)?;
     workspace(&host, &session)?;
     println!(
         "\nDone in {}. Run it again for another Session; `logbook --help` for the rest.",
@@ -275,7 +275,6 @@ fn print_rows(page: &Value) {
     }
 }
 
-#[allow(dead_code)]
 fn search(host: &Host, session: &str) -> Result<(), ApiError> {
     println!();
     let queries: [(&str, bool, bool); 5] = [

@@ -1,7 +1,10 @@
 //! Method names to Host calls: parse the parameters, call, serialise the result.
 //!
 //! Used by `logbook serve` and by the command line's `--json` paths, so both
-//! speak exactly the same shapes.
+//! speak exactly the same shapes. Below, every method with a request and its
+//! answer, recorded from a real run (the same text is `docs/wire.md`).
+//!
+#![doc = include_str!("../../docs/wire.md")]
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -97,12 +100,12 @@ pub fn call(
         "history" => out(root.history(parse(params)?)?),
         "source" => out(root.source(parse(params)?)?),
         "watch" => out(root.watch(parse(params)?)?),
-        // PENDING "search" => out(root.search(parse(params)?)?),
-        // PENDING "fork" => out(root.fork(parse(params)?)?),
-        // PENDING "forkReceipt" => out(root.fork_receipt(parse(params)?)?),
-        // PENDING "diagnostics" => out(root.diagnostics(parse(params)?)?),
-        // PENDING "watchDiagnostics" => out(root.watch_diagnostics(parse(params)?)?),
-        // PENDING "recordDiagnostic" => out(root.record_diagnostic(parse(params)?)?),
+        "search" => out(root.search(parse(params)?)?),
+        "fork" => out(root.fork(parse(params)?)?),
+        "forkReceipt" => out(root.fork_receipt(parse(params)?)?),
+        "diagnostics" => out(root.diagnostics(parse(params)?)?),
+        "watchDiagnostics" => out(root.watch_diagnostics(parse(params)?)?),
+        "recordDiagnostic" => out(root.record_diagnostic(parse(params)?)?),
         "context" => out(root.context(parse(params)?)?),
         "attachments" => out(root.attachments(parse(params)?)?),
         "readAttachments" => out(root.read_attachments(parse(params)?)?),
@@ -123,10 +126,49 @@ pub fn call(
         }
         "gitStatus" => out(host.git_status(parse(params)?)?),
         "gitDiff" => out(host.git_diff(parse(params)?)?),
-        // PENDING "snapshotPatch" => out(host.snapshot_patch(parse(params)?)?),
-        // PENDING "readPatch" => out(root.read_patch(parse(params)?)?),
+        "snapshotPatch" => out(host.snapshot_patch(parse(params)?)?),
+        "readPatch" => out(root.read_patch(parse(params)?)?),
         other => Err(ApiError::invalid(format!(
             "unknown method {other:?}; `logbook serve --help` lists the methods"
         ))),
+    }
+}
+
+/// The long help of `logbook serve`: the protocol in brief and every method.
+pub fn serve_help() -> String {
+    format!(
+        "Serve the JSON-lines protocol on standard input and output.\n\n\
+         One request per line, {{\"id\": ANY, \"method\": NAME, \"params\": {{...}}}}; one answer per \
+         request, {{\"id\", \"result\"}} or {{\"id\", \"error\": {{\"code\", \"message\"}}}}, in request \
+         order, except that {} answer when they are ready. readFile writes {{\"id\", \"item\"}} lines first.\n\n\
+         Methods: {}",
+        WAITING_METHODS.join(", "),
+        METHODS.join(" ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_listed_method_is_dispatched() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = Host::open_or_init(&dir.path().join("root")).unwrap();
+        let empty = RawValue::from_string("{}".to_owned()).unwrap();
+        for method in METHODS {
+            if is_waiting(method) {
+                continue;
+            }
+            let answer = call(&host, method, Some(&empty), &mut |_| {});
+            if let Err(err) = answer {
+                assert!(
+                    !err.message.starts_with("unknown method"),
+                    "{method}: {err}"
+                );
+            }
+        }
+        let err = call(&host, "noSuchMethod", Some(&empty), &mut |_| {}).unwrap_err();
+        assert!(err.message.starts_with("unknown method"));
     }
 }

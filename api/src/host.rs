@@ -277,7 +277,24 @@ impl Host {
         })
     }
 
-    // PENDING snapshot
+    /// Captures the workspace change against HEAD and stores it immutably in the Root.
+    /// A repeat of the operation returns the first capture, whatever changed since.
+    pub fn snapshot_patch(
+        &self,
+        p: SnapshotPatchParams,
+    ) -> Result<logbook_engine::PatchInfo, ApiError> {
+        if let Some(info) = self.root.patch_receipt(&p.session_id, &p.operation)? {
+            return Ok(info);
+        }
+        let dir = self.workspace_dir(&p.session_id)?;
+        let Some(bytes) = logbook_git::snapshot_patch(&dir)? else {
+            return Err(ApiError::new(
+                ErrorCode::Unsupported,
+                format!("the workspace {} holds no git repository", dir.display()),
+            ));
+        };
+        Ok(self.root.store_patch(&p.session_id, &p.operation, bytes)?)
+    }
 }
 
 fn rel_path(path: Option<&WirePath>) -> Result<RelPath, ApiError> {

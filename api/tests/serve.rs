@@ -306,7 +306,6 @@ fn long_fields_are_cut_in_rows_and_read_whole_with_source() {
 }
 
 #[test]
-#[ignore = "PENDING: search is wired in when the engine has it"]
 fn search_finds_folded_text_page_by_page() {
     let root = new_root();
     let mut s = Server::start(root.path());
@@ -457,7 +456,6 @@ fn workspace_reads_never_follow_links() {
 }
 
 #[test]
-#[ignore = "PENDING: snapshotPatch is wired in when the engine stores patches"]
 fn git_status_and_diff_match_the_repository() {
     let root = new_root();
     let ws = tempfile::tempdir().unwrap();
@@ -551,5 +549,261 @@ fn a_second_writer_is_busy() {
         String::from_utf8_lossy(&out.stderr).contains("busy"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn fork_diagnostics_context_and_attachments() {
+    let root = new_root();
+    let mut s = Server::start(root.path());
+    create(&mut s, "src", None);
+    let first = turn(&mut s, "src", 0);
+    // A second Turn that is still running.
+    let running = s.ok("send", json!({"sessionId": "src", "operation": "late", "text": "still going",
+        "attachments": [{"name": "a.txt", "mimeType": "text/plain", "dataBase64": b64(b"hello ")},
+                        {"name": "b.bin", "mimeType": "application/octet-stream", "dataBase64": b64(&[0, 1, 2])}]}));
+    let running_inv = running["invocation"].as_str().unwrap().to_owned();
+    let revision = s.ok("history", json!({"sessionId": "src"}))["through"].clone();
+
+    // Attachments: ordered metadata and ranges of the concatenation.
+    let meta = s.ok(
+        "attachments",
+        json!({"sessionId": "src", "invocation": running_inv}),
+    );
+    assert_eq!(meta[0]["name"], "a.txt");
+    assert_eq!(meta[0]["bytes"], 6);
+    assert_eq!(meta[0]["digest"], digest(b"hello "));
+    assert_eq!(meta[1]["bytes"], 3);
+    let data = s.ok(
+        "readAttachments",
+        json!({"sessionId": "src", "invocation": running_inv, "offset": 4, "limit": 4}),
+    );
+    assert_eq!(data["dataBase64"], b64(&[b'o', b' ', 0, 1]));
+
+    // Fork guards: the revision must be current, and included work settled.
+    assert_eq!(
+        s.err(
+            "fork",
+            json!({"sessionId": "src", "operation": "f0", "from": {"kind": "all"}, "revision": 1})
+        ),
+        "conflict"
+    );
+    assert_eq!(
+        s.err("fork", json!({"sessionId": "src", "operation": "f0", "from": {"kind": "all"}, "revision": revision})),
+        "conflict",
+        "a running Turn cannot be copied"
+    );
+    assert_eq!(
+        s.ok(
+            "forkReceipt",
+            json!({"sessionId": "src", "operation": "f1"})
+        ),
+        Value::Null
+    );
+    // The earlier settled Turn can be forked while the later one runs.
+    let fork = s.ok("fork", json!({"sessionId": "src", "operation": "f1", "from": {"kind": "turn", "invocation": first}, "revision": revision}));
+    let fork_id = fork["sessionId"].as_str().unwrap().to_owned();
+    assert_eq!(fork["branch"]["sessionId"], "src");
+    assert_eq!(fork["branch"]["turn"], first.as_str());
+    assert_eq!(fork["branch"]["through"], 5);
+    assert_eq!(s.ok("fork", json!({"sessionId": "src", "operation": "f1", "from": {"kind": "turn", "invocation": first}, "revision": revision})), fork);
+    assert_eq!(
+        s.ok(
+            "forkReceipt",
+            json!({"sessionId": "src", "operation": "f1"})
+        ),
+        fork
+    );
+    let src_page = s.ok("history", json!({"sessionId": "src", "through": 5}));
+    let fork_page = s.ok("history", json!({"sessionId": fork_id, "through": 5}));
+    assert_eq!(
+        src_page["rows"], fork_page["rows"],
+        "the fork holds the copied prefix"
+    );
+    let w = s.ok(
+        "watch",
+        json!({"sessionId": fork_id, "after": 0, "timeoutMs": 0}),
+    );
+    assert_eq!(w["queue"], json!([]), "no active work in the fork");
+
+    // Diagnostics: newest first, their own revision, not copied into forks.
+    let d0 = s.ok(
+        "watchDiagnostics",
+        json!({"sessionId": "src", "after": null, "timeoutMs": 0}),
+    )["revision"]
+        .as_u64()
+        .unwrap();
+    let waiting = s.request(
+        "watchDiagnostics",
+        json!({"sessionId": "src", "after": d0, "timeoutMs": 20_000}),
+    );
+    for n in 0..3 {
+        s.ok("recordDiagnostic", json!({"sessionId": "src", "operation": format!("d{n}"), "kind": "execution",
+            "invocation": running_inv, "cause": {"code": "timeout", "message": format!("step {n} timed out")}}));
+    }
+    assert!(s.answer(waiting)["result"]["revision"].as_u64().unwrap() > d0);
+    let page = s.ok(
+        "diagnostics",
+        json!({"sessionId": "src", "through": null, "after": null, "limit": 2}),
+    );
+    let list = page["diagnostics"].as_array().unwrap();
+    assert_eq!(list.len(), 2);
+    assert_eq!(
+        list[0]["cause"]["message"], "step 2 timed out",
+        "newest first"
+    );
+    assert_eq!(list[0]["invocation"], running_inv.as_str());
+    let rest = s.ok("diagnostics", json!({"sessionId": "src", "through": page["through"], "after": page["nextAfter"], "limit": 2}));
+    assert_eq!(
+        rest["diagnostics"][0]["cause"]["message"],
+        "step 0 timed out"
+    );
+    assert_eq!(rest["nextAfter"], Value::Null);
+    let forked = s.ok(
+        "diagnostics",
+        json!({"sessionId": fork_id, "through": null}),
+    );
+    assert_eq!(forked["diagnostics"], json!([]));
+
+    // Context: none prepared yet, then the latest at or before the fence.
+    assert_eq!(
+        s.ok("context", json!({"sessionId": "src", "through": null})),
+        Value::Null
+    );
+    let prepared = s.ok("append", json!({"sessionId": "src", "operation": "ctx", "events": [{"kind": "contextPrepared",
+        "invocation": running_inv, "groups": [{"role": "user", "messages": [{"text": "still going"}], "estimatedTokens": 3}],
+        "tools": [{"name": "read", "estimatedTokens": 40}], "providerUsage": null}]}));
+    let ctx = s.ok("context", json!({"sessionId": "src", "through": null}));
+    assert_eq!(ctx["sequence"], prepared["firstSequence"]);
+    assert_eq!(ctx["groups"][0]["role"], "user");
+    assert_eq!(ctx["tools"][0]["name"], "read");
+    assert_eq!(
+        s.ok("context", json!({"sessionId": "src", "through": revision})),
+        Value::Null
+    );
+
+    // Interactions and stop.
+    s.ok("append", json!({"sessionId": "src", "operation": "ask", "events": [{"kind": "interactionRequested",
+        "interactionId": "q1", "invocation": running_inv, "prompt": "Proceed?", "options": ["yes", "no"]}]}));
+    let pending = s.ok("pendingInteractions", json!({"sessionId": "src"}));
+    assert_eq!(pending[0]["interactionId"], "q1");
+    assert_eq!(pending[0]["options"], json!(["yes", "no"]));
+    s.ok(
+        "respond",
+        json!({"sessionId": "src", "operation": "r1", "interactionId": "q1", "response": "yes"}),
+    );
+    assert_eq!(
+        s.ok("pendingInteractions", json!({"sessionId": "src"})),
+        json!([])
+    );
+    assert_eq!(
+        s.ok(
+            "interaction",
+            json!({"sessionId": "src", "interactionId": "q1"})
+        )["response"],
+        "yes"
+    );
+    assert_eq!(
+        s.err(
+            "respond",
+            json!({"sessionId": "src", "operation": "r2", "interactionId": "nope", "response": 1})
+        ),
+        "not_found"
+    );
+    let stopped = s.ok(
+        "stop",
+        json!({"sessionId": "src", "operation": "stop1", "invocation": running_inv}),
+    );
+    assert!(stopped["sequence"].as_u64().unwrap() > 0);
+    assert!(s.finish().success());
+
+    // Everything holds after a restart.
+    let mut s = Server::start(root.path());
+    assert_eq!(
+        s.ok(
+            "forkReceipt",
+            json!({"sessionId": "src", "operation": "f1"})
+        ),
+        fork
+    );
+    assert_eq!(
+        s.ok("history", json!({"sessionId": fork_id, "through": 5}))["rows"],
+        src_page["rows"]
+    );
+    assert_eq!(
+        s.ok(
+            "diagnostics",
+            json!({"sessionId": "src", "through": null, "limit": 2})
+        )["diagnostics"],
+        page["diagnostics"]
+    );
+}
+
+#[test]
+fn internal_tool_rows_are_hidden_but_found_and_opened_from_a_hit() {
+    let root = new_root();
+    let mut s = Server::start(root.path());
+    create(&mut s, "s1", None);
+    let inv = s.ok(
+        "send",
+        json!({"sessionId": "s1", "operation": "m", "text": "look it up", "attachments": []}),
+    )["invocation"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    s.ok("append", json!({"sessionId": "s1", "operation": "a", "events": [
+        {"kind": "modelCompletion", "invocation": inv, "model": "m", "usage": null, "items": [
+            {"kind": "toolCall", "id": "i1", "name": "lookup", "arguments": "{\"q\":\"zebra\"}", "internal": true},
+            {"kind": "toolCall", "id": "i2", "name": "lookup", "arguments": "{\"q\":\"yak\"}", "internal": true},
+            {"kind": "toolCall", "id": "v1", "name": "read", "arguments": "", "internal": false}]},
+        tool_result(&inv, "i1", "zebra facts"),
+        tool_result(&inv, "v1", ""),
+        {"kind": "turnSettled", "invocation": inv, "outcome": "completed"}]}));
+    let h = s.ok("history", json!({"sessionId": "s1"}));
+    let kinds: Vec<(u64, u64, String)> = h["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["position"]["sourceSequence"].as_u64().unwrap(),
+                r["position"]["itemIndex"].as_u64().unwrap(),
+                r["kind"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    // The internal calls and the internal call's result are hidden; empty tool rows are shown.
+    assert_eq!(
+        kinds,
+        vec![
+            (2, 0, "user".into()),
+            (3, 2, "toolCall".into()),
+            (5, 0, "toolResult".into())
+        ]
+    );
+    // Search still finds the internal call's arguments.
+    let hits = s.ok(
+        "search",
+        json!({"sessionId": "s1", "query": "zebra", "caseSensitive": true}),
+    );
+    let hit = hits["hits"][0].clone();
+    assert_eq!(
+        hit["position"],
+        json!({"sourceSequence": 3, "itemIndex": 0})
+    );
+    assert_eq!(hit["field"], "arguments");
+    // Opening the hit as a client does (field "body" unless "thinking") shows exactly that row.
+    let opened = s.ok(
+        "history",
+        json!({"sessionId": "s1", "through": hits["through"], "limit": 3,
+        "anchor": {"kind": "row", "position": hit["position"], "field": "body"}}),
+    );
+    let rows = opened["rows"].as_array().unwrap();
+    assert_eq!(rows[0]["position"], hit["position"]);
+    assert_eq!(rows[0]["fields"]["arguments"]["text"], "{\"q\":\"zebra\"}");
+    assert_eq!(
+        rows[1]["position"],
+        json!({"sourceSequence": 3, "itemIndex": 2}),
+        "later internal rows stay hidden"
     );
 }

@@ -45,6 +45,8 @@ impl BlobStore {
             return Ok(digest);
         }
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        std::fs::create_dir_all(&self.tmp)
+            .map_err(|e| EngineError::io(&self.tmp, "create directory", e))?;
         let tmp = self.tmp.join(format!("blob-{}-{n}", std::process::id()));
         crate::state::write_file_synced(&tmp, bytes)
             .map_err(|e| EngineError::io(&tmp, "write", e))?;

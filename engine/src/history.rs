@@ -149,8 +149,13 @@ impl Session {
                             position.source_sequence, position.item_index, self.id
                         )));
                     };
+                    // A client opens a search hit with field "thinking" or "body" whatever
+                    // the row's kind (a tool call's `arguments` hit is opened as "body"), so
+                    // those two are accepted on every row; other names must be the row's own.
                     if let Some(f) = field {
-                        if !entry.kind.fields().contains(&f.as_str()) {
+                        let known = matches!(f.as_str(), "body" | "thinking")
+                            || entry.kind.fields().contains(&f.as_str());
+                        if !known {
                             return Err(EngineError::invalid(format!(
                                 "anchor field {f:?} is not a field of a {:?} row (fields: {:?})",
                                 entry.kind,

@@ -13,6 +13,9 @@
 //! - A mutation's events and its receipt are one log batch: after a crash both or neither exist.
 //! - A read under fence F sees exactly the events `<= F`; pages are O(page), not O(history).
 //! - Opening a Root or a Session costs O(tail after the last checkpoint), not O(history).
+//! - Search postings ([`search`]) are derived as well: one file per finished log segment plus
+//!   an in-memory builder for the active one, loaded on first search or append; hits are
+//!   always verified on the text read from the log.
 //!
 //! ```no_run
 //! use logbook_engine::{Root, CreateSessionParams, SendParams, HistoryParams, Direction};
@@ -25,29 +28,66 @@
 //! assert_eq!(page.rows[0].fields["body"].text, "hello");
 //! # Ok(()) }
 //! ```
+//!
+//! Choices where the contract is silent (the API layer relies on them):
+//! - `stop` of an unknown invocation is `NotFound`; of a settled one `Conflict`. A second stop
+//!   of a still running invocation writes another `stopRequested`.
+//! - `respond` to an unknown interaction is `NotFound`; to a resolved one `Conflict`.
+//!   [`Root::interaction`] returns `None` for an unknown id (the API decides null vs not_found).
+//! - `append` also refuses `sessionCreated` (only createSession writes it), a second
+//!   `userMessage` for one invocation and a repeated `interactionRequested` id (`Conflict`), and
+//!   an `interactionResolved` for an unknown id (`NotFound`) or a resolved one (`Conflict`).
+//!   Attachments named by an appended `userMessage` must already be in the blob store.
+//! - `watch` with `after: null` means `after: 0`; `timeoutMs` null means 0 (no wait); at most
+//!   [`WATCH_TIMEOUT_MS_MAX`]. `nextAfter` is the last listed sequence (or `after` when none).
+//! - `history`: `after` and `anchor` together are `InvalidArgument`; an anchor row that does not
+//!   exist under the fence is `NotFound`; an event anchor outside `1..=through` is
+//!   `InvalidArgument`; `limit: 0` is `InvalidArgument`. A backward page from an event anchor
+//!   starts at that event's last row.
+//! - `source`: an `after` past the end or inside a character is `InvalidArgument`; a field the
+//!   row kind lacks is `InvalidArgument`; hidden rows are readable.
+//! - Receipt lookup never replays the log: `receipt.idx` (operation hash -> receipt Location) is
+//!   loaded into a hash map on the first mutation after open.
+//! - Derived state comes back from `state.ckpt` (covers sequence C) plus the events after C.
+//!
+//! Raw JSON and deep nesting: parse a wire request into these param types directly with
+//! serde_json (e.g. keep the envelope's `params` as `Box<RawValue>` and call
+//! `serde_json::from_str::<AppendParams>(params.get())`). Never route a request through
+//! `serde_json::Value`, `#[serde(flatten)]` or untagged/internally tagged enums: those recurse
+//! per nesting level (serde_json stops at 128 levels) and lose raw text. [`validate_json`] checks
+//! text of any depth iteratively.
 #![forbid(unsafe_code)]
 
 mod blobs;
 mod cursor;
+pub mod diagnostics;
 mod error;
 pub mod event;
+pub mod fork;
 mod fsutil;
 mod history;
 pub mod json;
 pub mod params;
+pub mod patches;
 mod records;
 mod root;
+pub mod search;
 mod session;
 mod state;
 pub mod validate;
 
 pub use cursor::CURSOR_VERSION;
+pub use diagnostics::{
+    Diagnostic, DiagnosticCause, DiagnosticKind, DiagnosticsPage, DiagnosticsParams,
+    DiagnosticsRevision, RecordDiagnosticParams, RecordDiagnosticResult, WatchDiagnosticsParams,
+};
 pub use error::{EngineError, ErrorKind};
 pub use event::{
     AttachmentMeta, Branch, ContextGroup, ContextPrepared, ContextTool, Event,
     InteractionRequested, InteractionResolved, Item, ModelCompletion, Outcome, Part, RowKind,
     SessionCreated, StopRequested, ToolResult, ToolStatus, TurnSettled, Usage, UserMessage,
 };
+pub use fork::{ForkFrom, ForkParams, ForkReceiptParams, ForkResult};
 pub use history::{
     FIELD_TEXT_BYTES_MAX, PAGE_ROWS_DEFAULT, PAGE_ROWS_MAX, SOURCE_BYTES_DEFAULT, SOURCE_BYTES_MAX,
     WATCH_EVENTS_MAX, WATCH_TIMEOUT_MS_MAX,
@@ -55,8 +95,15 @@ pub use history::{
 pub use json::{validate_json, RawJson};
 pub use logbook_log::Durability;
 pub use params::*;
+pub use patches::{PatchInfo, ReadPatchParams};
 pub use root::{
     Root, RootOptions, INDEX_SYNC_INTERVAL, READ_ATTACHMENTS_BYTES_MAX, ROOT_FORMAT_VERSION,
     ROOT_MAGIC, SEND_ATTACHMENTS_MAX, SEND_ATTACHMENT_BYTES_MAX, WORKSPACE_BYTES_MAX,
+};
+pub use search::{
+    SearchHit, SearchPage, SearchParams, SEARCH_CURSOR_VERSION, SEARCH_DIR, SEARCH_FIELDS,
+    SEARCH_HITS_DEFAULT, SEARCH_HITS_MAX, SEARCH_PAGE_BYTES_EXAMINED_MAX, SEARCH_PAGE_LOOKUPS_MAX,
+    SEARCH_PAGE_ROWS_EXAMINED_MAX, SEARCH_QUERY_BYTES_MAX, SEARCH_SCAN_BYTES_MAX,
+    SEARCH_SCAN_ROWS_MAX,
 };
 pub use state::{CHECKPOINT_FORMAT_VERSION, CHECKPOINT_MAGIC};

@@ -6,6 +6,8 @@ use crate::json::RawJson;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
+pub use crate::search::{SearchHit, SearchPage, SearchParams};
+
 /// A row's address: the event that published it and its ordinal inside that event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

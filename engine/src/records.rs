@@ -10,8 +10,14 @@ use std::path::Path;
 pub(crate) const KIND_EVENT: u8 = 1;
 /// Session log: the receipt of the mutation whose events precede it in the same batch.
 pub(crate) const KIND_RECEIPT: u8 = 2;
+/// Session log: a fork marker (`crate::fork::ForkMarker`), written once, right after the
+/// history copied from the source; receipts before it belong to the source and are ignored.
+pub(crate) const KIND_FORK: u8 = 3;
 /// Root log: a Session registration, which is also createSession's receipt.
 pub(crate) const KIND_SESSION: u8 = 16;
+/// Root log: a forked Session's registration, which is also the fork's receipt
+/// (`crate::fork::ForkRecord`).
+pub(crate) const KIND_FORK_SESSION: u8 = 17;
 
 #[derive(Serialize)]
 pub(crate) struct EventRecordRef<'a> {
@@ -28,9 +34,29 @@ pub(crate) struct EventRecord {
 /// What a mutation returned, kept so a repeat returns it again.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) enum Outcome {
-    Append { first: u64, last: u64 },
-    Send { invocation: String, sequence: u64 },
-    Sequence { sequence: u64 },
+    Append {
+        first: u64,
+        last: u64,
+    },
+    Send {
+        invocation: String,
+        sequence: u64,
+    },
+    Sequence {
+        sequence: u64,
+    },
+    /// A fork reserved in the source Session under this operation (see `crate::fork`).
+    Fork {
+        session_id: String,
+        through: u64,
+        turn: Option<String>,
+    },
+    /// A stored workspace patch (see `crate::patches`).
+    Patch {
+        patch_id: String,
+        bytes: u64,
+        digest: String,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -7,7 +7,7 @@ use crate::event::{
 };
 use crate::params::*;
 use crate::records::{self, Outcome, SessionRecord};
-use crate::session::{log_config, Mutation, Session};
+use crate::session::{log_config, Mutation, Prepared, Session};
 use crate::state::State;
 use crate::validate::{validate_event, validate_id, validate_session_id, APPEND_EVENTS_MAX};
 use base64::Engine as _;
@@ -52,6 +52,8 @@ pub struct RootOptions {
     pub durability: Durability,
     /// Cadence of the background index sync and state checkpoint.
     pub index_sync_interval: Duration,
+    /// Size at which Session logs roll to a new segment (tests use tiny ones).
+    pub segment_bytes_max: u64,
 }
 
 impl Default for RootOptions {
@@ -59,41 +61,44 @@ impl Default for RootOptions {
         RootOptions {
             durability: Durability::Sync,
             index_sync_interval: INDEX_SYNC_INTERVAL,
+            segment_bytes_max: logbook_log::SEGMENT_BYTES_MAX,
         }
     }
 }
 
-type SessionSlot = Arc<Mutex<Option<Arc<Session>>>>;
+pub(crate) type SessionSlot = Arc<Mutex<Option<Arc<Session>>>>;
 
-struct Entry {
-    workspace: Option<String>,
-    branch: Option<Branch>,
-    slot: SessionSlot,
+pub(crate) struct Entry {
+    pub(crate) workspace: Option<String>,
+    pub(crate) branch: Option<Branch>,
+    pub(crate) slot: SessionSlot,
 }
 
 #[derive(Default)]
-struct Registry {
-    sessions: BTreeMap<String, Entry>,
+pub(crate) struct Registry {
+    pub(crate) sessions: BTreeMap<String, Entry>,
     /// createSession receipts: operation -> (params digest, sessionId).
     receipts: HashMap<String, ([u8; 32], String)>,
 }
 
-struct Shared {
-    dir: PathBuf,
-    options: RootOptions,
+pub(crate) struct Shared {
+    pub(crate) dir: PathBuf,
+    pub(crate) options: RootOptions,
     _lock: File,
-    root_log: Log,
-    registry: Mutex<Registry>,
+    pub(crate) root_log: Log,
+    pub(crate) registry: Mutex<Registry>,
     opened: Mutex<Vec<Arc<Session>>>,
-    blobs: BlobStore,
-    ids: IdGen,
+    pub(crate) blobs: BlobStore,
+    pub(crate) ids: IdGen,
+    /// Fork receipts, diagnostics logs and patch storage (see `crate::fork`).
+    pub(crate) extras: crate::fork::Extras,
     stop: Mutex<bool>,
     stop_signal: Condvar,
 }
 
 /// An open Root. `Send + Sync`; every method takes `&self`. One writer process per Root.
 pub struct Root {
-    shared: Arc<Shared>,
+    pub(crate) shared: Arc<Shared>,
     flusher: Option<JoinHandle<()>>,
 }
 
@@ -105,7 +110,7 @@ impl std::fmt::Debug for Root {
     }
 }
 
-struct IdGen {
+pub(crate) struct IdGen {
     seed: [u8; 32],
     counter: AtomicU64,
 }
@@ -127,7 +132,7 @@ impl IdGen {
         }
     }
 
-    fn next(&self, prefix: &str) -> String {
+    pub(crate) fn next(&self, prefix: &str) -> String {
         let n = self.counter.fetch_add(1, Ordering::Relaxed);
         let mut h = Sha256::new();
         h.update(self.seed);
@@ -141,7 +146,7 @@ impl IdGen {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -228,7 +233,7 @@ fn is_empty_dir(dir: &Path) -> Result<bool, EngineError> {
 }
 
 /// Semantic checks of a batch against the state: ids that must be new or known.
-fn check_batch(state: &State, events: &[Event]) -> Result<(), EngineError> {
+fn check_batch(state: &State, events: &[&Event]) -> Result<(), EngineError> {
     let mut new_invocations = HashSet::new();
     let mut new_interactions = HashSet::new();
     let mut resolved = HashSet::new();
@@ -324,9 +329,19 @@ impl Root {
         let (root_log, _recovery) =
             Log::open(&dir.join(ROOT_LOG_DIR), log_config(options.durability))?;
         let mut registry = Registry::default();
+        let extras = crate::fork::Extras::default();
         let mut last: Option<SessionRecord> = None;
+        let mut last_fork = None;
         for item in root_log.scan(root_log.start()) {
             let (loc, record, _) = item?;
+            if record.kind == records::KIND_FORK_SESSION {
+                let (id, entry, fork) =
+                    crate::fork::load_record(root_log.dir(), &record.payload, &extras)?;
+                registry.sessions.insert(id, entry);
+                last = None;
+                last_fork = Some(fork);
+                continue;
+            }
             if record.kind != records::KIND_SESSION {
                 return Err(EngineError::corrupt(
                     root_log.dir(),
@@ -347,6 +362,7 @@ impl Root {
                 },
             );
             last = Some(r);
+            last_fork = None;
         }
         let shared = Arc::new(Shared {
             dir: dir.to_owned(),
@@ -356,6 +372,7 @@ impl Root {
             _lock: lock_file,
             root_log,
             registry: Mutex::new(registry),
+            extras,
             opened: Mutex::new(Vec::new()),
             stop: Mutex::new(false),
             stop_signal: Condvar::new(),
@@ -365,6 +382,7 @@ impl Root {
         if let Some(r) = last {
             shared.materialize(&r)?;
         }
+        crate::fork::finish_on_open(&shared, last_fork.as_ref())?;
         let worker = Arc::clone(&shared);
         let flusher = std::thread::Builder::new()
             .name("logbook-index-sync".into())
@@ -386,7 +404,7 @@ impl Root {
         self.shared.sync_all()
     }
 
-    fn session(&self, id: &str) -> Result<Arc<Session>, EngineError> {
+    pub(crate) fn session(&self, id: &str) -> Result<Arc<Session>, EngineError> {
         self.shared.session(id)
     }
 
@@ -511,12 +529,25 @@ impl Root {
             validate_event(i, e)?;
         }
         let s = self.session(&p.session_id)?;
-        let params = records::params_digest("append", &p.events);
+        // Encode every event once: the receipt digest (mutation name, 0, postcard of the event
+        // list) and the record payloads both use these bytes.
+        let prepared: Vec<Prepared> = p.events.into_iter().map(Prepared::new).collect();
+        let params = {
+            let mut h = Sha256::new();
+            h.update(b"append\0");
+            h.update(records::encode(&(prepared.len() as u64)));
+            for e in &prepared {
+                h.update(&e.bytes);
+            }
+            h.finalize().into()
+        };
         let blobs = &self.shared.blobs;
-        let events = p.events;
+        let mut prepared = Some(prepared);
         let mut build = |state: &State, first: u64| {
-            check_batch(state, &events)?;
-            for (i, e) in events.iter().enumerate() {
+            let events = prepared.take().expect("build runs once");
+            let plain: Vec<&Event> = events.iter().map(|e| &e.event).collect();
+            check_batch(state, &plain)?;
+            for (i, e) in plain.iter().enumerate() {
                 if let Event::UserMessage(m) = e {
                     for a in &m.attachments {
                         if blobs.size(&a.digest)? != Some(a.bytes) {
@@ -530,7 +561,7 @@ impl Root {
                 }
             }
             let last = first + events.len() as u64 - 1;
-            Ok((events.clone(), Outcome::Append { first, last }))
+            Ok((events, Outcome::Append { first, last }))
         };
         match s.mutate(Mutation {
             operation: &p.operation,
@@ -605,7 +636,7 @@ impl Root {
                 attachments,
             });
             Ok((
-                vec![event],
+                vec![Prepared::new(event)],
                 Outcome::Send {
                     invocation,
                     sequence: first,
@@ -652,9 +683,9 @@ impl Root {
                 Some(_) => {}
             }
             Ok((
-                vec![Event::StopRequested(StopRequested {
+                vec![Prepared::new(Event::StopRequested(StopRequested {
                     invocation: inv.clone(),
-                })],
+                }))],
                 Outcome::Sequence { sequence: first },
             ))
         };
@@ -694,7 +725,10 @@ impl Root {
                 interaction_id: p.interaction_id.clone(),
                 response: p.response.clone(),
             });
-            Ok((vec![event], Outcome::Sequence { sequence: first }))
+            Ok((
+                vec![Prepared::new(event)],
+                Outcome::Sequence { sequence: first },
+            ))
         };
         match s.mutate(Mutation {
             operation: &p.operation,
@@ -729,6 +763,15 @@ impl Root {
 
     pub fn source(&self, p: SourceParams) -> Result<SourcePage, EngineError> {
         self.session(&p.session_id)?.source(&p)
+    }
+
+    /// Literal search of `body`, `thinking` and `arguments` fields under a fence; bounded work
+    /// per page; follow `nextAfter` until null.
+    pub fn search(
+        &self,
+        p: crate::search::SearchParams,
+    ) -> Result<crate::search::SearchPage, EngineError> {
+        self.session(&p.session_id)?.search(&p)
     }
 
     /// Blocks up to `timeoutMs` until an event with `sequence > after` exists.
@@ -799,7 +842,8 @@ impl Root {
         })
     }
 
-    /// Walks every checksum of the Root: the Root log, every Session log, every blob.
+    /// Walks every checksum of the Root (the Root log, every Session log, every blob) and checks
+    /// every derived index entry against its log.
     pub fn verify(&self) -> Result<VerifyReport, EngineError> {
         let mut report = VerifyReport::default();
         let r = self.shared.root_log.verify()?;
@@ -813,6 +857,7 @@ impl Root {
         for id in &ids {
             let s = self.session(id)?;
             let v = s.log().verify()?;
+            s.verify_derived()?;
             report.sessions += 1;
             report.records += v.records;
             report.bytes += v.bytes;
@@ -835,7 +880,14 @@ fn reused(operation: &str) -> EngineError {
 }
 
 impl Shared {
-    fn session(&self, id: &str) -> Result<Arc<Session>, EngineError> {
+    pub(crate) fn log_config(&self) -> logbook_log::LogConfig {
+        logbook_log::LogConfig {
+            segment_bytes_max: self.options.segment_bytes_max,
+            durability: self.options.durability,
+        }
+    }
+
+    pub(crate) fn session(&self, id: &str) -> Result<Arc<Session>, EngineError> {
         let slot = {
             let reg = lock(&self.registry);
             reg.sessions
@@ -855,7 +907,7 @@ impl Shared {
                 "the Root log lists this Session but its directory is missing",
             ));
         }
-        let s = Arc::new(Session::open(id, &dir, self.options.durability)?);
+        let s = Arc::new(Session::open_with(id, &dir, self.log_config())?);
         *slot = Some(Arc::clone(&s));
         lock(&self.opened).push(Arc::clone(&s));
         Ok(s)
@@ -875,16 +927,23 @@ impl Shared {
             std::fs::remove_dir_all(&staging)
                 .map_err(|e| EngineError::io(&staging, "remove a half-made Session", e))?;
         }
-        Session::create_files(
+        Session::create_files_with(
             &staging,
             r.workspace.clone(),
             r.branch.clone(),
-            self.options.durability,
+            self.log_config(),
         )?;
-        crate::fsutil::sync_dir(&staging)?;
+        // Directory syncs are what makes the creation durable; bulk import skips them too.
+        let durable = self.options.durability == Durability::Sync;
+        if durable {
+            crate::fsutil::sync_dir(&staging)?;
+        }
         std::fs::rename(&staging, &dir)
             .map_err(|e| EngineError::io(&dir, "rename into place", e))?;
-        crate::fsutil::sync_dir(&sessions)
+        if durable {
+            crate::fsutil::sync_dir(&sessions)?;
+        }
+        Ok(())
     }
 
     fn sync_all(&self) -> Result<(), EngineError> {

@@ -15,13 +15,14 @@
 use crate::error::EngineError;
 use crate::event::{rows_of, Branch, Event, RowKind, SessionCreated};
 use crate::records::{self, EventRecord, EventRecordRef, Outcome, Receipt};
+use crate::search::SearchIndex;
 use crate::state::State;
 use logbook_index::FixedIndex;
 use logbook_log::{Durability, Location, Log, LogConfig, Record};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 pub(crate) const SEQ_TAG: [u8; 4] = *b"SEQ1";
 pub(crate) const SEQ_ENTRY_BYTES: u32 = 24;
@@ -191,7 +192,55 @@ type ReceiptMap = HashMap<u64, Vec<Location>>;
 
 /// Builds a mutation's events (and outcome) from the state and the first sequence they get.
 pub(crate) type BuildFn<'a> =
-    dyn FnMut(&State, u64) -> Result<(Vec<Event>, Outcome), EngineError> + 'a;
+    dyn FnMut(&State, u64) -> Result<(Vec<Prepared>, Outcome), EngineError> + 'a;
+
+/// An event with its postcard encoding, made once: the receipt digest and the record payload
+/// both use these bytes.
+pub(crate) struct Prepared {
+    pub event: Event,
+    pub bytes: Vec<u8>,
+}
+
+impl Prepared {
+    pub(crate) fn new(event: Event) -> Prepared {
+        let bytes = records::encode(&event);
+        Prepared { event, bytes }
+    }
+}
+
+/// Most bytes (of encoded events) each Session keeps decoded in memory for reads.
+pub const EVENT_CACHE_BYTES_MAX: usize = 8 << 20;
+
+/// Recently appended or read events, decoded, bounded by encoded size (oldest insert evicted
+/// first). The end of a conversation, which clients reread most, is served from here.
+#[derive(Default)]
+struct EventCache {
+    map: HashMap<u64, Arc<Event>>,
+    order: VecDeque<(u64, usize)>,
+    bytes: usize,
+}
+
+impl EventCache {
+    fn get(&self, sequence: u64) -> Option<Arc<Event>> {
+        self.map.get(&sequence).cloned()
+    }
+
+    fn insert(&mut self, sequence: u64, event: Arc<Event>, size: usize) {
+        if size > EVENT_CACHE_BYTES_MAX / 4 || self.map.contains_key(&sequence) {
+            return;
+        }
+        self.map.insert(sequence, event);
+        self.order.push_back((sequence, size));
+        self.bytes += size;
+        while self.bytes > EVENT_CACHE_BYTES_MAX {
+            let Some((old, sz)) = self.order.pop_front() else {
+                break;
+            };
+            self.map.remove(&old);
+            self.bytes -= sz;
+        }
+    }
+}
 
 /// What a mutation asks of [`Session::mutate`].
 pub(crate) struct Mutation<'a> {
@@ -211,6 +260,13 @@ pub(crate) struct Session {
     revision: Mutex<u64>,
     appended: Condvar,
     dirty: AtomicBool,
+    cache: Mutex<EventCache>,
+    /// Trigram postings for search, loaded on first use (see [`crate::search`]).
+    pub(crate) search: SearchIndex,
+}
+
+fn lock_cache(m: &Mutex<EventCache>) -> MutexGuard<'_, EventCache> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn open_index(path: &Path, tag: [u8; 4], width: u32) -> Result<(FixedIndex, bool), EngineError> {
@@ -231,14 +287,14 @@ pub(crate) fn log_config(durability: Durability) -> LogConfig {
 impl Session {
     /// Creates the Session's files in `dir` (absent or empty) and writes `sessionCreated` as
     /// sequence 1.
-    pub(crate) fn create_files(
+    pub(crate) fn create_files_with(
         dir: &Path,
         workspace: Option<String>,
         branch: Option<Branch>,
-        durability: Durability,
+        config: LogConfig,
     ) -> Result<(), EngineError> {
         std::fs::create_dir_all(dir).map_err(|e| EngineError::io(dir, "create directory", e))?;
-        let log = Log::create(&dir.join("log"), log_config(durability))?;
+        let log = Log::create(&dir.join("log"), config)?;
         let event = Event::SessionCreated(SessionCreated { workspace, branch });
         let payload = records::encode(&EventRecordRef {
             sequence: 1,
@@ -251,12 +307,13 @@ impl Session {
         Ok(())
     }
 
-    pub(crate) fn open(
+    /// Opens a Session's files with this log configuration (the segment size is a Root option).
+    pub(crate) fn open_with(
         id: &str,
         dir: &Path,
-        durability: Durability,
+        config: LogConfig,
     ) -> Result<Session, EngineError> {
-        let (log, _recovery) = Log::open(&dir.join("log"), log_config(durability))?;
+        let (log, _recovery) = Log::open(&dir.join("log"), config)?;
         let (seq, f1) = open_index(&dir.join("seq.idx"), SEQ_TAG, SEQ_ENTRY_BYTES)?;
         let (rows, f2) = open_index(&dir.join("row.idx"), ROW_TAG, ROW_ENTRY_BYTES)?;
         let (receipts, f3) =
@@ -278,6 +335,8 @@ impl Session {
             revision: Mutex::new(0),
             appended: Condvar::new(),
             dirty: AtomicBool::new(false),
+            cache: Mutex::new(EventCache::default()),
+            search: SearchIndex::new(dir),
         };
         session.replay_tail(start)?;
         let rev = session.read().state.revision;
@@ -338,11 +397,13 @@ impl Session {
             None => (self.log.start(), false),
         };
         let log_path = self.log.dir().to_owned();
+        let mut replayed = !skip_first;
         for (n, item) in self.log.scan(start).enumerate() {
             let (loc, record, _) = item?;
             if n == 0 && skip_first {
                 continue;
             }
+            replayed = true;
             match record.kind {
                 records::KIND_EVENT => {
                     let er: EventRecord =
@@ -364,6 +425,11 @@ impl Session {
                         records::decode(&log_path, "a receipt record", &record.payload)?;
                     inner.index_receipt(loc, &r.operation);
                 }
+                records::KIND_FORK => {
+                    // Everything before the marker was copied from the source Session: its
+                    // receipts are the source's, and the marker's rules reset the state.
+                    crate::fork::replay_marker(&log_path, loc, &record.payload, &mut inner)?;
+                }
                 other => {
                     return Err(EngineError::corrupt(
                         &log_path,
@@ -373,7 +439,9 @@ impl Session {
             }
         }
         drop(inner);
-        self.dirty.store(true, Ordering::Release);
+        if replayed {
+            self.dirty.store(true, Ordering::Release);
+        }
         Ok(())
     }
 
@@ -395,8 +463,31 @@ impl Session {
         &self.dir
     }
 
+    /// Event `sequence`, from the cache or the log (decoded and then cached).
+    pub(crate) fn event_arc(
+        &self,
+        inner: &Inner,
+        sequence: u64,
+    ) -> Result<Arc<Event>, EngineError> {
+        if let Some(e) = lock_cache(&self.cache).get(sequence) {
+            return Ok(e);
+        }
+        let (event, size) = self.read_event_uncached(inner, sequence)?;
+        let event = Arc::new(event);
+        lock_cache(&self.cache).insert(sequence, Arc::clone(&event), size);
+        Ok(event)
+    }
+
     /// Reads and decodes event `sequence` (which must be `<=` the revision).
     pub(crate) fn event_at(&self, inner: &Inner, sequence: u64) -> Result<Event, EngineError> {
+        Ok(Event::clone(&*self.event_arc(inner, sequence)?))
+    }
+
+    fn read_event_uncached(
+        &self,
+        inner: &Inner,
+        sequence: u64,
+    ) -> Result<(Event, usize), EngineError> {
         let loc = inner.location(sequence).ok_or_else(|| {
             EngineError::not_found(format!("event {sequence} of Session {}", self.id))
         })?;
@@ -417,7 +508,7 @@ impl Session {
                 ),
             ));
         }
-        Ok(er.event)
+        Ok((er.event, record.payload.len()))
     }
 
     fn writer(&self) -> MutexGuard<'_, Option<ReceiptMap>> {
@@ -461,6 +552,12 @@ impl Session {
         Ok(None)
     }
 
+    /// The stored receipt of `operation` in this Session, if any.
+    pub(crate) fn receipt(&self, operation: &str) -> Result<Option<Receipt>, EngineError> {
+        let mut map = self.writer();
+        self.find_receipt(&mut map, operation)
+    }
+
     /// Applies a mutation once: a repeat with the same parameters returns the stored outcome,
     /// with other parameters fails with Conflict. Events and receipt go in one log batch.
     pub(crate) fn mutate(&self, m: Mutation<'_>) -> Result<Outcome, EngineError> {
@@ -480,12 +577,13 @@ impl Session {
             let inner = self.read();
             (m.build)(&inner.state, first)?
         };
-        let mut payloads = Vec::with_capacity(events.len() + 1);
-        for (i, e) in events.iter().enumerate() {
-            payloads.push(records::encode(&EventRecordRef {
-                sequence: first + i as u64,
-                event: e,
-            }));
+        let n = events.len();
+        let mut payloads = Vec::with_capacity(n + 1);
+        for (i, p) in events.iter().enumerate() {
+            // postcard of EventRecord { sequence, event } is the varint sequence, then the event.
+            let mut payload = records::encode(&(first + i as u64));
+            payload.extend_from_slice(&p.bytes);
+            payloads.push(payload);
         }
         let receipt = Receipt {
             operation: m.operation.to_owned(),
@@ -493,7 +591,7 @@ impl Session {
             outcome: outcome.clone(),
         };
         payloads.push(records::encode(&receipt));
-        let mut batch: Vec<Record<'_>> = payloads[..events.len()]
+        let mut batch: Vec<Record<'_>> = payloads[..n]
             .iter()
             .map(|p| Record {
                 kind: records::KIND_EVENT,
@@ -502,24 +600,36 @@ impl Session {
             .collect();
         batch.push(Record {
             kind: records::KIND_RECEIPT,
-            payload: &payloads[events.len()],
+            payload: &payloads[n],
         });
         let locs = self.log.append(&batch)?;
+        drop(batch);
+        let first_row;
         {
             let mut inner = self.write();
-            for (i, e) in events.iter().enumerate() {
-                inner.index_event(first + i as u64, locs[i], e);
+            first_row = inner.rows.len();
+            for (i, p) in events.iter().enumerate() {
+                inner.index_event(first + i as u64, locs[i], &p.event);
             }
-            inner.index_receipt(locs[events.len()], m.operation);
+            inner.index_receipt(locs[n], m.operation);
         }
+        let appended: Vec<&Event> = events.iter().map(|p| &p.event).collect();
+        self.search.appended(self, first_row, &appended, &locs);
+        drop(appended);
         if let Some(map) = map.as_mut() {
             map.entry(records::operation_hash(m.operation))
                 .or_default()
-                .push(locs[events.len()]);
+                .push(locs[n]);
         }
         drop(map);
+        {
+            let mut cache = lock_cache(&self.cache);
+            for (i, (p, payload)) in events.into_iter().zip(&payloads).enumerate() {
+                cache.insert(first + i as u64, Arc::new(p.event), payload.len());
+            }
+        }
         self.dirty.store(true, Ordering::Release);
-        let last = first + events.len() as u64 - 1;
+        let last = first + n as u64 - 1;
         *self.revision.lock().unwrap_or_else(|p| p.into_inner()) = last.max(first - 1);
         self.appended.notify_all();
         Ok(outcome)
@@ -541,6 +651,99 @@ impl Session {
                 .0;
         }
         *rev
+    }
+
+    /// Replays the whole log and checks every derived entry (sequence, row and receipt
+    /// indexes, and the state) against it. O(history): this is `verify`, not `open`.
+    pub(crate) fn verify_derived(&self) -> Result<(), EngineError> {
+        let inner = self.read();
+        let rev = inner.state.revision;
+        let ix = self.dir.join("index files");
+        let mismatch = |what: String| {
+            EngineError::corrupt(
+                &ix,
+                format!("{what}; delete the Session's .idx and .ckpt files to rebuild them"),
+            )
+        };
+        let mut state = State::default();
+        let (mut row, mut receipt) = (0u64, 0u64);
+        let mut receipts: Vec<(u64, Location)> = Vec::new();
+        for item in self.log.scan(self.log.start()) {
+            let (loc, record, _) = item?;
+            match record.kind {
+                records::KIND_EVENT => {
+                    let er: EventRecord =
+                        records::decode(self.log.dir(), "an event record", &record.payload)?;
+                    if er.sequence > rev {
+                        break;
+                    }
+                    if er.sequence != state.revision + 1 {
+                        return Err(EngineError::corrupt(
+                            self.log.dir(),
+                            format!("event {} out of order at {loc:?}", er.sequence),
+                        ));
+                    }
+                    if inner.seq.get(er.sequence - 1)
+                        != Some(&loc_entry(loc, kind_code(&er.event))[..])
+                    {
+                        return Err(mismatch(format!(
+                            "seq.idx entry for event {} is wrong",
+                            er.sequence
+                        )));
+                    }
+                    for (i, r) in rows_of(&er.event).iter().enumerate() {
+                        let hidden = r.internal
+                            || (r.kind == RowKind::ToolResult
+                                && r.tool_call_id.is_some_and(|id| state.is_internal_call(id)));
+                        let want = RowEntry {
+                            sequence: er.sequence,
+                            item: i as u32,
+                            kind: r.kind,
+                            hidden,
+                        };
+                        if inner.row(row) != Some(want) {
+                            return Err(mismatch(format!(
+                                "row.idx entry {row} is wrong (want {want:?})"
+                            )));
+                        }
+                        row += 1;
+                    }
+                    state.apply(er.sequence, &er.event);
+                }
+                records::KIND_RECEIPT => {
+                    let r: Receipt =
+                        records::decode(self.log.dir(), "a receipt record", &record.payload)?;
+                    receipts.push((records::operation_hash(&r.operation), loc));
+                }
+                records::KIND_FORK => {
+                    // Receipts before a fork marker were copied from the source: not indexed.
+                    crate::fork::apply_marker(self.log.dir(), loc, &record.payload, &mut state)?;
+                    receipts.clear();
+                }
+                other => {
+                    return Err(EngineError::corrupt(
+                        self.log.dir(),
+                        format!("unknown record kind {other} at {loc:?}"),
+                    ))
+                }
+            }
+        }
+        for (hash, loc) in receipts {
+            let ok = inner
+                .receipts
+                .get(receipt)
+                .is_some_and(|e| e[0..8] == hash.to_le_bytes() && entry_loc(e, 8) == loc);
+            if !ok {
+                return Err(mismatch(format!("receipt.idx entry {receipt} is wrong")));
+            }
+            receipt += 1;
+        }
+        if state != inner.state || row != inner.rows.len() || receipt != inner.receipts.len() {
+            return Err(mismatch(
+                "derived state or index lengths differ from the log".into(),
+            ));
+        }
+        Ok(())
     }
 
     /// Makes the indexes durable and writes a checkpoint of the state they cover.

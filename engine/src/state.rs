@@ -21,14 +21,14 @@
 use crate::error::EngineError;
 use crate::event::{Event, Item};
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::Path;
 
 /// Magic bytes of a state checkpoint file.
 pub const CHECKPOINT_MAGIC: [u8; 8] = *b"LBSTATE\0";
 /// Version of the state checkpoint file.
-pub const CHECKPOINT_FORMAT_VERSION: u32 = 1;
+pub const CHECKPOINT_FORMAT_VERSION: u32 = 2;
 const CHECKPOINT_HEADER_BYTES: usize = 32;
 /// Largest checkpoint payload accepted on load, in bytes.
 pub const CHECKPOINT_PAYLOAD_BYTES_MAX: u64 = 1 << 30;
@@ -38,6 +38,9 @@ pub(crate) struct InvocationState {
     /// Sequence of the invocation's `userMessage`.
     pub message: u64,
     pub settled: bool,
+    /// Sequence of the `turnSettled` that settled it (0 while unsettled): a fork needs to know
+    /// whether a Turn was already settled at its fence.
+    pub settled_at: u64,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -56,8 +59,9 @@ pub(crate) struct State {
     pub interactions: BTreeMap<String, InteractionState>,
     /// Unresolved interactions by their request sequence.
     pub pending: BTreeMap<u64, String>,
-    /// Ids of tool calls marked internal: their results are hidden too.
-    pub internal_calls: BTreeSet<String>,
+    /// Ids of tool calls marked internal (their results are hidden too), with the sequence of
+    /// the first `modelCompletion` that made them, so a fork can cut the set at its fence.
+    pub internal_calls: BTreeMap<String, u64>,
     /// Sequences of `contextPrepared` events, ascending.
     pub contexts: Vec<u64>,
 }
@@ -74,6 +78,7 @@ impl State {
                     InvocationState {
                         message: sequence,
                         settled: false,
+                        settled_at: 0,
                     },
                 );
                 self.queue.insert(sequence, m.invocation.clone());
@@ -82,6 +87,7 @@ impl State {
                 if let Some(inv) = self.invocations.get_mut(&t.invocation) {
                     if !inv.settled {
                         inv.settled = true;
+                        inv.settled_at = sequence;
                         self.queue.remove(&inv.message);
                     }
                 }
@@ -92,7 +98,7 @@ impl State {
                         id, internal: true, ..
                     } = item
                     {
-                        self.internal_calls.insert(id.clone());
+                        self.internal_calls.entry(id.clone()).or_insert(sequence);
                     }
                 }
             }
@@ -121,7 +127,7 @@ impl State {
 
     /// Is a row of this tool call (or its result) hidden?
     pub(crate) fn is_internal_call(&self, id: &str) -> bool {
-        self.internal_calls.contains(id)
+        self.internal_calls.contains_key(id)
     }
 
     /// Writes the checkpoint atomically: temporary file, fsync, rename, fsync of the directory.

@@ -603,3 +603,67 @@ fn send_attachments_are_stored_once() {
     assert_eq!(e.kind(), ErrorKind::InvalidArgument);
     assert_eq!(root.verify().expect("verify").blobs, 1);
 }
+
+#[test]
+fn many_sessions_open_lazily() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("r");
+    Root::init(&dir).expect("init");
+    let bulk = RootOptions {
+        durability: Durability::NoSyncBulkImport,
+        ..RootOptions::default()
+    };
+    {
+        let root = Root::open_with(&dir, bulk.clone()).expect("open");
+        for i in 0..300 {
+            root.create_session(CreateSessionParams {
+                session_id: Some(format!("s{i}")),
+                workspace: None,
+                operation: format!("c{i}"),
+            })
+            .expect("create");
+        }
+    }
+    // Open touches no Session directory: make one unreadable-as-a-Session and open still works.
+    std::fs::remove_dir_all(dir.join("sessions/s17/log")).expect("rm");
+    let t = std::time::Instant::now();
+    let root = Root::open_with(&dir, bulk).expect("open");
+    let took = t.elapsed();
+    assert!(
+        took < std::time::Duration::from_secs(2),
+        "open of 300 Sessions took {took:?}"
+    );
+    assert_eq!(root.revision("s5").expect("rev"), 1);
+    assert!(
+        root.revision("s17").is_err(),
+        "the damaged Session fails alone"
+    );
+    assert_eq!(root.revision("s299").expect("rev"), 1);
+}
+
+#[test]
+fn logs_of_another_version_are_refused_by_number() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("r");
+    {
+        let root = root_at(&dir);
+        create(&root, "s");
+    }
+    let seg = dir.join("sessions/s/log/00000000000000000000.active");
+    let mut b = std::fs::read(&seg).expect("read");
+    b[8..12].copy_from_slice(&9u32.to_le_bytes());
+    std::fs::write(&seg, &b).expect("write");
+    let root = Root::open(&dir).expect("the Root opens; Sessions open lazily");
+    let e = root.revision("s").expect_err("session log v9");
+    assert_eq!(e.kind(), ErrorKind::UnsupportedFormat);
+    assert!(e.to_string().contains('9'), "{e}");
+    drop(root);
+    assert_eq!(std::fs::read(&seg).expect("read"), b, "nothing rewritten");
+    // The Root log too.
+    let rl = dir.join("root-log/00000000000000000000.active");
+    let mut b = std::fs::read(&rl).expect("read");
+    b[8..12].copy_from_slice(&2u32.to_le_bytes());
+    std::fs::write(&rl, &b).expect("write");
+    let e = Root::open(&dir).expect_err("root log v2");
+    assert_eq!(e.kind(), ErrorKind::UnsupportedFormat);
+}

@@ -290,3 +290,21 @@ fn kill9_keeps_mutations_whole() {
     let page = hist(&root, "s", None, None, 1024, Direction::Forward);
     assert_eq!(page.rows.len() as u64, stored.min(1024));
 }
+
+#[test]
+fn verify_finds_a_damaged_index_entry() {
+    let (_tmp, dir, _pages, _rev) = setup(6);
+    {
+        let root = Root::open(&dir).expect("open");
+        root.verify().expect("clean verify");
+    }
+    let p = session_dir(&dir, "s").join("row.idx");
+    let mut b = std::fs::read(&p).expect("read");
+    let at = 32 + 16 * 3 + 13; // flags byte of row entry 3
+    b[at] ^= 1;
+    std::fs::write(&p, &b).expect("write");
+    let root = Root::open(&dir).expect("open trusts entries (O(tail))");
+    let e = root.verify().expect_err("verify walks every entry");
+    assert_eq!(e.kind(), ErrorKind::Corrupt);
+    assert!(e.to_string().contains("row.idx"), "{e}");
+}

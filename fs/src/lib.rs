@@ -58,7 +58,8 @@ pub use list::{
 };
 pub use path::{RelPath, ALWAYS_HIDDEN_NAMES, NAME_BYTES_MAX, PATH_BYTES_MAX};
 pub use read::{
-    file_version, Content, ReadOutcome, CHUNK_BYTES_MAX, READ_ATTEMPTS_MAX, READ_FILE_BYTES_MAX,
+    file_version, Content, ReadOutcome, ReadPipeline, CHUNK_BYTES_MAX, READ_ATTEMPTS_MAX,
+    READ_FILE_BYTES_MAX, READ_PIPELINE_BYTES_MIN,
 };
 pub use resolve::{openat2_available, ResolverMode};
 pub use watch::{DirWatch, WatchEvent, WatcherMode, WATCH_POLL_INTERVAL_MS, WATCH_RECHECK_MS};
@@ -74,6 +75,8 @@ pub struct WorkspaceOptions {
     pub read_bytes_max: u64,
     /// Soft size target of a listing page, in estimated wire bytes.
     pub page_bytes_max: usize,
+    /// Whether large reads hash on a second thread.
+    pub read_pipeline: ReadPipeline,
 }
 
 impl Default for WorkspaceOptions {
@@ -83,6 +86,7 @@ impl Default for WorkspaceOptions {
             watcher: WatcherMode::Auto,
             read_bytes_max: READ_FILE_BYTES_MAX,
             page_bytes_max: PAGE_BYTES_SOFT_MAX,
+            read_pipeline: ReadPipeline::Auto,
         }
     }
 }
@@ -168,6 +172,7 @@ impl Workspace {
             root: self.root.as_fd(),
             hidden: &self.hidden,
             bytes_max: self.options.read_bytes_max,
+            pipeline: self.options.read_pipeline,
         };
         read::read(&cx, path, expected_version)
     }
@@ -182,5 +187,16 @@ impl Workspace {
             watcher: self.options.watcher,
         };
         watch::watch(&cx, path)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn handles_cross_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        fn send<T: Send>() {}
+        send_sync::<super::Workspace>();
+        send::<super::DirWatch>();
     }
 }

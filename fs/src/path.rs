@@ -187,6 +187,36 @@ mod tests {
         }
     }
 
+    /// The fuzz target's property over a fixed pseudo-random stream (seed printed).
+    #[test]
+    fn random_inputs_accepted_only_when_rule_abiding() {
+        let seed: u64 = 0x5eed_2026;
+        eprintln!("seed {seed:#x}");
+        let mut x = seed;
+        let alphabet = [b'a', b'/', b'.', 0, 0xff, b'b'];
+        for _ in 0..200_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let len = (x % 9) as usize;
+            let bytes: Vec<u8> = (0..len)
+                .map(|i| alphabet[((x >> (i * 3 + 8)) % 6) as usize])
+                .collect();
+            let ok = !bytes.is_empty()
+                && bytes[0] != b'/'
+                && !bytes.contains(&0)
+                && bytes
+                    .split(|&b| b == b'/')
+                    .all(|c| !c.is_empty() && c != b"." && c != b"..");
+            assert_eq!(
+                RelPath::parse(&bytes).is_ok(),
+                ok,
+                "{:?}",
+                bytes.escape_ascii().to_string()
+            );
+        }
+    }
+
     #[test]
     fn hidden_matching() {
         let h = HiddenSet::new(&[b"priv".to_vec(), b"a/state".to_vec()]).expect("valid");

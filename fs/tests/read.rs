@@ -6,8 +6,8 @@ use std::process::Command;
 
 use common::*;
 use logbook_fs::{
-    Content, ErrorKind, FsError, ReadOutcome, RelPath, ResolverMode, Workspace, WorkspaceOptions,
-    CHUNK_BYTES_MAX,
+    Content, ErrorKind, FsError, ReadOutcome, ReadPipeline, RelPath, ResolverMode, Workspace,
+    WorkspaceOptions, CHUNK_BYTES_MAX,
 };
 
 fn content(o: ReadOutcome) -> Content {
@@ -35,7 +35,7 @@ fn digests_match_sha256sum_and_types_are_right() {
     let t = tempfile::tempdir().expect("tempdir");
     let mut big = Vec::new();
     let mut x: u32 = 12345;
-    while big.len() < 3 * 1024 * 1024 + 17 {
+    while big.len() < 5 * 1024 * 1024 + 17 {
         x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
         big.extend_from_slice(format!("line {x} 🦀 ünïcode\n").as_bytes());
     }
@@ -49,7 +49,13 @@ fn digests_match_sha256sum_and_types_are_right() {
     let files: Vec<(&str, Vec<u8>, Option<&str>)> = vec![
         ("empty", Vec::new(), Some("text")),
         ("hello.txt", b"hello\n".to_vec(), Some("text")),
-        ("big.txt", big, Some("text")),
+        ("big.txt", big.clone(), Some("text")),
+        ("big.bin", [&big[..], b"\xff"].concat(), None),
+        (
+            "big-cut.txt",
+            [&big[..], "😀".as_bytes()].concat()[..big.len() + 3].to_vec(),
+            None,
+        ),
         ("pic.png", png, Some("image/png")),
         (
             "pic.jpg",
@@ -308,4 +314,86 @@ fn permission_denied_is_an_error() {
     } else {
         eprintln!("capabilities cannot be dropped here; EACCES not exercised");
     }
+}
+
+/// A writer keeps rewriting and appending while readers read: every answer is either a
+/// self-consistent Content (digest of exactly the returned bytes) or Changed.
+#[test]
+fn concurrent_writes_never_give_torn_content() {
+    use sha2::{Digest, Sha256};
+    use std::io::Write;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let t = tempfile::tempdir().expect("tempdir");
+    let p = t.path().join("busy.txt");
+    std::fs::write(&p, b"start\n").expect("write");
+    let stop = Arc::new(AtomicBool::new(false));
+    let writer = {
+        let (p, stop) = (p.clone(), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            let mut i = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                if i.is_multiple_of(50) {
+                    std::fs::write(&p, vec![b'a' + (i % 26) as u8; 6 << 20]).expect("rewrite");
+                } else {
+                    let mut f = std::fs::OpenOptions::new()
+                        .append(true)
+                        .open(&p)
+                        .expect("open");
+                    f.write_all(format!("line {i}\n").as_bytes())
+                        .expect("append");
+                }
+                i += 1;
+            }
+        })
+    };
+    let ws = ws(t.path(), &[], ResolverMode::Auto);
+    let (mut contents, mut changed) = (0, 0);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    while std::time::Instant::now() < deadline {
+        match ws.read(&rel(b"busy.txt"), None).expect("read") {
+            ReadOutcome::Content(c) => {
+                let want = format!("sha256:{:x}", Sha256::digest(&c.bytes));
+                assert_eq!(c.digest, want, "digest of exactly the returned bytes");
+                assert_eq!(c.size, c.bytes.len() as u64);
+                contents += 1;
+            }
+            ReadOutcome::Changed => changed += 1,
+            other => panic!("{other:?}"),
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    writer.join().expect("writer");
+    eprintln!("{contents} contents, {changed} changed");
+    assert!(contents + changed > 0);
+}
+
+#[test]
+fn pipelined_and_single_thread_reads_agree() {
+    let t = tempfile::tempdir().expect("tempdir");
+    let mut text = String::new();
+    while text.len() < 9 << 20 {
+        text.push_str("ab€😀 line\n");
+    }
+    std::fs::write(t.path().join("t"), &text).expect("write");
+    std::fs::write(t.path().join("b"), [text.as_bytes(), b"\xc3"].concat()).expect("write");
+    let open = |read_pipeline: ReadPipeline| {
+        let o = WorkspaceOptions {
+            read_pipeline,
+            ..WorkspaceOptions::default()
+        };
+        Workspace::open_with(t.path(), &[], o).expect("open")
+    };
+    let (piped, single) = (open(ReadPipeline::Always), open(ReadPipeline::Never));
+    let a = content(piped.read(&rel(b"t"), None).expect("read"));
+    assert_eq!(a, content(single.read(&rel(b"t"), None).expect("read")));
+    assert_eq!(a.digest, sha256sum(&t.path().join("t")));
+    assert_eq!(
+        piped.read(&rel(b"b"), None).expect("read"),
+        ReadOutcome::Binary
+    );
+    assert_eq!(
+        single.read(&rel(b"b"), None).expect("read"),
+        ReadOutcome::Binary
+    );
 }

@@ -1,5 +1,7 @@
 //! One path's diff in one area.
 
+use std::os::unix::ffi::OsStrExt;
+
 use gix::bstr::ByteSlice;
 use gix::index::entry::{Flags, Mode};
 
@@ -88,6 +90,14 @@ fn is_ignored(repo: &Repo, path: &[u8]) -> Result<bool, GitError> {
         .collect();
     for end in parts {
         let dir = &path[..end];
+        // Inside a nested repository: not a file of this repository at all.
+        let nested = repo
+            .root
+            .join(std::ffi::OsStr::from_bytes(dir))
+            .join(".git");
+        if std::fs::symlink_metadata(nested).is_ok() {
+            return Ok(true);
+        }
         let platform = stack
             .at_entry(dir.as_bstr(), Some(Mode::DIR))
             .map_err(|e| repo.workspace_err("read ignore rules", &e))?;

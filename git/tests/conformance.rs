@@ -152,6 +152,7 @@ fn modes_symlinks_and_type_changes() {
     r.symlink("target-one", b"staged_to_file");
     r.symlink("old-target", b"link_retarget");
     r.write(b"file_to_dir", b"was a file\n");
+    r.write(b"dir_to_file/inside.txt", b"was in a folder\n");
     r.commit("base");
     r.chmod(b"exec_worktree.sh", 0o755);
     r.chmod(b"exec_staged.sh", 0o755);
@@ -166,6 +167,8 @@ fn modes_symlinks_and_type_changes() {
     r.symlink("to_link.txt", b"new_link");
     r.rm(b"file_to_dir");
     r.write(b"file_to_dir/inside.txt", b"now a folder\n");
+    std::fs::remove_dir_all(r.p(b"dir_to_file")).unwrap();
+    r.write(b"dir_to_file", b"now a file\n");
     let g = check_all(&r.path, &[]);
     assert!(g
         .1
@@ -305,9 +308,44 @@ fn nested_repository_is_a_folder_and_blocks_the_patch() {
     r.commit("base");
     std::fs::create_dir(r.path.join("nested")).unwrap();
     git(&r.path.join("nested"), &["init", "-q"]);
+    r.write(b"nested/inner.txt", b"belongs to the nested repository\n");
     let ours = ours(&r.path);
     assert_eq!(ours, git_status(&r.path));
     assert_eq!(ours.2, vec![b"nested/".to_vec()]);
+    assert_eq!(
+        logbook_git::diff(&r.path, b"nested/inner.txt", Area::Untracked).unwrap(),
+        Diff::Unchanged
+    );
     let err = logbook_git::snapshot_patch(&r.path).unwrap_err();
     assert_eq!(err.kind(), logbook_git::ErrorKind::Unsupported, "{err}");
+}
+
+#[test]
+fn file_mode_false_ignores_the_executable_bit() {
+    let r = new_repo();
+    r.git(&["config", "core.fileMode", "false"]);
+    r.write(b"run.sh", b"echo\n");
+    r.write(b"edit.sh", b"echo 1\n");
+    r.commit("base");
+    r.chmod(b"run.sh", 0o755);
+    r.chmod(b"edit.sh", 0o755);
+    r.write(b"edit.sh", b"echo 2\n");
+    r.write(b"new.sh", b"echo new\n");
+    r.chmod(b"new.sh", 0o755);
+    let g = check_all_modes_relaxed(&r.path);
+    assert_eq!(g.1, vec![(b"edit.sh".to_vec(), ChangeKind::Modified)]);
+}
+
+/// Like `check_all`, but the executable bits on disk are meaningless here, so the clone is
+/// compared by the trees `git add -A` would write (with the same core.fileMode).
+fn check_all_modes_relaxed(ws: &std::path::Path) -> Groups {
+    let reference = git_status(ws);
+    assert_eq!(ours(ws), reference);
+    for (path, _) in &reference.1 {
+        compare_diff(ws, path, Area::Worktree);
+    }
+    let patch = logbook_git::snapshot_patch(ws).unwrap().unwrap();
+    let text = String::from_utf8(patch).unwrap();
+    assert!(!text.contains("100755"), "{text}");
+    reference
 }

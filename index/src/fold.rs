@@ -68,18 +68,13 @@ pub fn fold_into(text: &str, out: &mut String) {
     }
 }
 
-/// Length of the ASCII prefix of `bytes`, a word at a time.
+/// Length of the ASCII prefix of `bytes`, 32 bytes at a time where it can.
 #[inline]
 pub(crate) fn ascii_run(bytes: &[u8]) -> usize {
-    const W: usize = 8;
+    const STEP: usize = 32;
     let mut i = 0;
-    while i + W <= bytes.len() {
-        let word = u64::from_le_bytes(bytes[i..i + W].try_into().expect("8 bytes"));
-        let high = word & 0x8080_8080_8080_8080;
-        if high != 0 {
-            return i + (high.trailing_zeros() / 8) as usize;
-        }
-        i += W;
+    while i + STEP <= bytes.len() && bytes[i..i + STEP].is_ascii() {
+        i += STEP;
     }
     while i < bytes.len() && bytes[i] < 0x80 {
         i += 1;
@@ -112,42 +107,21 @@ pub(crate) struct FoldMap {
     anchors: Vec<(usize, usize)>,
 }
 
-/// SWAR ASCII lowercase of 8 bytes that are all < 0x80.
-#[inline]
-fn lower8(w: u64) -> u64 {
-    const HI: u64 = 0x8080_8080_8080_8080;
-    // Per byte b < 0x80 these sums never carry into the next byte.
-    let ge_a = w + 0x3F3F_3F3F_3F3F_3F3F; // high bit set iff b >= b'A'
-    let gt_z = w + 0x2525_2525_2525_2525; // high bit set iff b > b'Z'
-    w | (((ge_a ^ gt_z) & HI) >> 2)
-}
-
 impl FoldMap {
     /// Replaces the contents with the folding of `text`.
     pub(crate) fn fold(&mut self, text: &str) {
-        const HI: u64 = 0x8080_8080_8080_8080;
         self.folded.clear();
         self.anchors.clear();
         self.folded.reserve(text.len());
         let bytes = text.as_bytes();
         let mut i = 0;
         while i < bytes.len() {
-            // Fast path: 8 ASCII bytes at a time.
-            while i + 8 <= bytes.len() {
-                let w = u64::from_le_bytes(bytes[i..i + 8].try_into().expect("8 bytes"));
-                if w & HI != 0 {
-                    break;
-                }
-                self.folded.extend_from_slice(&lower8(w).to_le_bytes());
-                i += 8;
-            }
-            if i >= bytes.len() {
-                break;
-            }
-            let b = bytes[i];
-            if b < 0x80 {
-                self.folded.push(b.to_ascii_lowercase());
-                i += 1;
+            // Fast path: an ASCII run, lowercased while copied (the loop vectorises).
+            let run = ascii_run(&bytes[i..]);
+            if run > 0 {
+                self.folded
+                    .extend(bytes[i..i + run].iter().map(u8::to_ascii_lowercase));
+                i += run;
                 continue;
             }
             let c = text[i..]
@@ -162,6 +136,14 @@ impl FoldMap {
             if f.len_utf8() != c.len_utf8() {
                 self.anchors.push((self.folded.len(), i));
             }
+        }
+    }
+
+    /// Frees the buffers when they hold more than `bytes` of capacity.
+    pub(crate) fn release_if_larger_than(&mut self, bytes: usize) {
+        if self.folded.capacity() > bytes {
+            self.folded = Vec::new();
+            self.anchors = Vec::new();
         }
     }
 

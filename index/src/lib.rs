@@ -12,6 +12,8 @@
 //!   mapped length and map again, and truncation drops the map first;
 //! - `open` is cheap (header and bounds); `verify` walks every checksum.
 //!
+//! A fixed-width index (the engine keeps sequence -> location tables in these):
+//!
 //! ```
 //! use logbook_index::FixedIndex;
 //! let dir = tempfile::tempdir().unwrap();
@@ -21,6 +23,28 @@
 //! ix.sync().unwrap();
 //! let ix = FixedIndex::open(&path, *b"SEQ1", 8).unwrap();
 //! assert_eq!(ix.get(0), Some(&42u64.to_le_bytes()[..]));
+//! ```
+//!
+//! Search: index the folded text of each row, ask the postings for candidate
+//! rows, verify each with a [`Matcher`] on the original text:
+//!
+//! ```
+//! use logbook_index::{fold_into, Matcher, PostingsBuilder, PostingsFile};
+//! let rows = ["Straße closed", "STRASSE open", "a \u{1E9E} here"];
+//! let mut postings = PostingsBuilder::new();
+//! let mut folded = String::new();
+//! for (doc, text) in rows.iter().enumerate() {
+//!     folded.clear();
+//!     fold_into(text, &mut folded);
+//!     postings.add(doc as u32, folded.as_bytes());
+//! }
+//! let file = PostingsFile::from_bytes(postings.to_bytes().unwrap()).unwrap();
+//! let m = Matcher::new("STRAẞE", false, false);
+//! let docs = file.candidates(m.trigrams(), 0, 64).unwrap();
+//! assert_eq!(docs, vec![0]); // ß never matches "ss": simple folding only
+//! let mut hits = Vec::new();
+//! m.find_all(rows[0], &mut hits);
+//! assert_eq!(hits, vec![(0, 7)]); // byte offsets of the original text
 //! ```
 
 // Tests may unwrap: a panic there is a failed test, which is the point.

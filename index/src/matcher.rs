@@ -19,6 +19,10 @@ use memchr::memmem;
 use crate::fold::{fold_char, is_word_char, FoldMap};
 use crate::trigram::for_each_trigram;
 
+/// Capacity the per-thread folding buffer keeps between calls; a larger one
+/// (after a huge field) is released so one big text does not pin memory.
+const FOLD_BUF_KEEP_BYTES: usize = 1 << 20;
+
 thread_local! {
     /// Reused folding buffer: one per thread, so a `Matcher` stays `Sync`.
     static FOLD_BUF: RefCell<FoldMap> = RefCell::new(FoldMap::default());
@@ -121,6 +125,7 @@ impl Matcher {
             Ok(mut map) => {
                 map.fold(text);
                 self.scan(&map.folded, text, Some(&map), emit);
+                map.release_if_larger_than(FOLD_BUF_KEEP_BYTES);
             }
             // Re-entered from inside `emit`: use a private buffer.
             Err(_) => {

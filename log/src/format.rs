@@ -26,6 +26,12 @@ pub const SEALED_FORMAT: FileFormat = FileFormat {
     version: LOG_FORMAT_VERSION,
 };
 
+/// A copy of bytes cut from a torn tail (`.active.cut-*`), kept for inspection only.
+pub const CUT_FORMAT: FileFormat = FileFormat {
+    magic: *b"LGBKCUTS",
+    version: LOG_FORMAT_VERSION,
+};
+
 /// Length of the segment header; the first record of a segment starts here.
 pub const HEADER_BYTES: u64 = 32;
 /// Length of a record frame's header.
@@ -71,6 +77,21 @@ pub fn encode_header(format: FileFormat, segment: u64) -> [u8; HEADER_BYTES as u
     h[28..32].copy_from_slice(&crc.to_le_bytes());
     h
 }
+
+/// Encodes the 40-byte header of a cut copy (docs/format.md).
+pub fn encode_cut_header(segment: u64, cut: u64) -> [u8; CUT_HEADER_BYTES as usize] {
+    let mut h = [0u8; CUT_HEADER_BYTES as usize];
+    h[0..8].copy_from_slice(&CUT_FORMAT.magic);
+    h[8..12].copy_from_slice(&CUT_FORMAT.version.to_le_bytes());
+    h[16..24].copy_from_slice(&segment.to_le_bytes());
+    h[24..32].copy_from_slice(&cut.to_le_bytes());
+    let crc = crc32fast::hash(&h[0..36]);
+    h[36..40].copy_from_slice(&crc.to_le_bytes());
+    h
+}
+
+/// Length of the header of a cut copy.
+pub const CUT_HEADER_BYTES: u64 = 40;
 
 /// Checks a segment header: magic, then version, then checksum, then the segment number.
 pub fn check_header(

@@ -3,19 +3,21 @@
 use crate::cache::{BlockCache, BLOCK_CACHE_BLOCKS};
 use crate::error::LogError;
 use crate::format::{
-    active_name, check_header, cut_name, decode_frame_header, encode_frame, encode_header,
-    parse_name, sealed_name, FileRole, ACTIVE_FORMAT, BATCH_BYTES_MAX, FRAME_HEADER_BYTES,
-    HEADER_BYTES, RECORD_PAYLOAD_BYTES_MAX,
+    active_name, check_header, cut_name, decode_frame_header, encode_cut_header, encode_frame,
+    encode_header, parse_name, sealed_name, FileRole, ACTIVE_FORMAT, BATCH_BYTES_MAX,
+    CUT_HEADER_BYTES, FRAME_HEADER_BYTES, HEADER_BYTES, RECORD_PAYLOAD_BYTES_MAX,
 };
 use crate::io::{read_exact_at, write_all_at, FileSystem, IoFile, RealFs};
-use crate::sealed::{self, SealedSegment};
+use crate::sealed::{self, BlockHint, SealedSegment};
 use crate::walk::{judge_tail, walk, Tail};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 /// Default size at which a segment rolls (configurable per log).
 pub const SEGMENT_BYTES_MAX: u64 = 64 << 20;
@@ -23,6 +25,12 @@ pub const SEGMENT_BYTES_MAX: u64 = 64 << 20;
 pub const SEGMENT_BYTES_MIN: u64 = 64;
 /// In `NoSyncBulkImport` mode, appends are buffered in memory up to this many bytes.
 pub const WRITE_BUFFER_BYTES: usize = 1 << 20;
+/// Longest time a group-commit leader waits, before its fdatasync, for the appenders the
+/// previous sync released to write again. Without it, concurrent writers split into two
+/// cohorts that alternate and each sync covers only half of them. The wait is also capped at
+/// a quarter of the previous sync's duration, and happens only when that sync covered more
+/// than one batch (a lone writer never waits).
+pub const GROUP_COMMIT_GATHER_MAX: Duration = Duration::from_millis(1);
 /// Above this, the writer's buffer is released after a flush instead of kept for reuse.
 const WRITE_BUFFER_KEEP_BYTES: usize = 4 << 20;
 
@@ -166,6 +174,9 @@ struct Commit {
     synced_seq: u64,
     leader: bool,
     failed: Option<String>,
+    /// Batches the last sync made durable, and how long it took (for gathering).
+    last_group: u64,
+    last_sync: Duration,
 }
 
 #[derive(Debug, Default)]
@@ -189,6 +200,8 @@ struct Shared {
     cache: Mutex<BlockCache>,
     seal: Mutex<SealState>,
     seal_cv: Condvar,
+    /// Mirror of `Writer::seq`, read without the lock by a gathering leader.
+    written_seq: AtomicU64,
 }
 
 /// The segmented append-only log. `Send + Sync`: share it with `Arc`.
@@ -492,6 +505,7 @@ impl Log {
             cache: Mutex::new(BlockCache::new(BLOCK_CACHE_BLOCKS)),
             seal: Mutex::new(SealState::default()),
             seal_cv: Condvar::new(),
+            written_seq: AtomicU64::new(0),
         });
         let worker = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
@@ -532,7 +546,7 @@ impl Log {
         }
         let (seg, bound) = self.shared.segment_for(at.segment, end)?;
         self.shared
-            .read_record(&seg, at.segment, at.offset, bound)
+            .read_record(&seg, at.segment, at.offset, bound, &mut None)
             .map(|(r, _, _)| r)
     }
 
@@ -557,6 +571,7 @@ impl Log {
             pos: from,
             end,
             cur: None,
+            hint: None,
             error,
             done: false,
         }
@@ -699,7 +714,10 @@ fn cut_tail(
         let c = fs
             .create_new(&copy)
             .map_err(|e| LogError::io(&copy, "create", e))?;
-        write_all_at(&*c, tail, 0).map_err(|e| LogError::io(&copy, "write", e))?;
+        let mut bytes = Vec::with_capacity(CUT_HEADER_BYTES as usize + tail.len());
+        bytes.extend_from_slice(&encode_cut_header(n, cut));
+        bytes.extend_from_slice(tail);
+        write_all_at(&*c, &bytes, 0).map_err(|e| LogError::io(&copy, "write", e))?;
         c.sync_data()
             .map_err(|e| LogError::io(&copy, "fdatasync", e))?;
         fs.sync_dir(dir)
@@ -818,6 +836,7 @@ impl Shared {
                 }
                 w.seq += 1;
                 let mine = w.seq;
+                self.written_seq.store(mine, Ordering::Release);
                 drop(w);
                 self.wait_durable(mine)?;
                 Ok(locations)
@@ -843,7 +862,17 @@ impl Shared {
                 continue;
             }
             c.leader = true;
+            let (group, last_sync, synced) = (c.last_group, c.last_sync, c.synced_seq);
             drop(c);
+            if group > 1 {
+                let until = Instant::now() + (last_sync / 4).min(GROUP_COMMIT_GATHER_MAX);
+                while self.written_seq.load(Ordering::Acquire) < synced + group
+                    && Instant::now() < until
+                {
+                    std::thread::yield_now();
+                }
+            }
+            let sync_started = Instant::now();
             let (file, path, seq, segment, written) = {
                 let w = lock(&self.writer);
                 (
@@ -879,7 +908,11 @@ impl Shared {
             c = lock(&self.commit);
             c.leader = false;
             match r {
-                Ok(()) => c.synced_seq = c.synced_seq.max(seq),
+                Ok(()) => {
+                    c.last_group = seq.saturating_sub(c.synced_seq);
+                    c.last_sync = sync_started.elapsed();
+                    c.synced_seq = c.synced_seq.max(seq);
+                }
                 Err(e) => {
                     let msg = format!("fdatasync of {} failed: {e}", path.display());
                     c.failed.get_or_insert(msg);
@@ -1001,15 +1034,27 @@ impl Shared {
         Ok((e.seg.clone(), bound))
     }
 
-    fn read_bytes(&self, seg: &Seg, offset: u64, buf: &mut [u8]) -> Result<(), LogError> {
+    fn read_bytes(
+        &self,
+        seg: &Seg,
+        offset: u64,
+        buf: &mut [u8],
+        hint: &mut BlockHint,
+    ) -> Result<(), LogError> {
         match seg {
-            Seg::Sealed(s) => s.read(offset, buf, &self.cache),
+            Seg::Sealed(s) => s.read(offset, buf, &self.cache, hint),
             Seg::Active(a) => match read_exact_at(&*a.file, buf, offset) {
                 Ok(()) => Ok(()),
                 Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
                     // Published but still in the writer's buffer (NoSyncBulkImport): flush it.
                     {
                         let mut w = lock(&self.writer);
+                        if let Some(cause) = &w.poisoned {
+                            // The buffer's write failed once; writing it now would be a retry.
+                            return Err(LogError::Poisoned {
+                                cause: cause.clone(),
+                            });
+                        }
                         if let Err(e) = self.flush(&mut w) {
                             self.poison(&mut w, &e);
                             return Err(e);
@@ -1038,6 +1083,7 @@ impl Shared {
         segment: u64,
         offset: u64,
         bound: u64,
+        hint: &mut BlockHint,
     ) -> Result<(OwnedRecord, bool, u64), LogError> {
         let path = Self::seg_path(seg);
         if offset < HEADER_BYTES || offset.saturating_add(FRAME_HEADER_BYTES) > bound {
@@ -1046,7 +1092,7 @@ impl Shared {
             )));
         }
         let mut h = [0u8; FRAME_HEADER_BYTES as usize];
-        self.read_bytes(seg, offset, &mut h)?;
+        self.read_bytes(seg, offset, &mut h, hint)?;
         let fh = decode_frame_header(&h, segment, offset).map_err(|_| {
             LogError::corrupt(
                 path,
@@ -1065,8 +1111,20 @@ impl Shared {
                 ),
             ));
         }
-        let mut payload = vec![0u8; fh.len as usize];
-        self.read_bytes(seg, offset + FRAME_HEADER_BYTES, &mut payload)?;
+        let mut payload = Vec::new();
+        match seg {
+            Seg::Sealed(s) => s.read_to(
+                offset + FRAME_HEADER_BYTES,
+                fh.len as usize,
+                &mut payload,
+                &self.cache,
+                hint,
+            )?,
+            Seg::Active(_) => {
+                payload.resize(fh.len as usize, 0);
+                self.read_bytes(seg, offset + FRAME_HEADER_BYTES, &mut payload, hint)?;
+            }
+        }
         if !crate::format::check_payload(&h, &fh, segment, offset, &payload) {
             return Err(LogError::corrupt(path, offset, "record checksum mismatch"));
         }
@@ -1140,7 +1198,12 @@ impl Shared {
                         .map_err(|e| LogError::io(&path, "read", e))?;
                     check_header(&path, &data, ACTIVE_FORMAT, n)?;
                     if bound > HEADER_BYTES {
-                        self.read_bytes(&e.seg, HEADER_BYTES, &mut data[HEADER_BYTES as usize..])?;
+                        self.read_bytes(
+                            &e.seg,
+                            HEADER_BYTES,
+                            &mut data[HEADER_BYTES as usize..],
+                            &mut None,
+                        )?;
                     }
                     data
                 }
@@ -1190,6 +1253,7 @@ pub struct Scan<'a> {
     pos: Location,
     end: Location,
     cur: Option<(u64, Seg, u64)>,
+    hint: BlockHint,
     error: Option<LogError>,
     done: bool,
 }
@@ -1240,7 +1304,13 @@ impl Iterator for Scan<'_> {
                 };
                 continue;
             }
-            return match shared.read_record(&seg, self.pos.segment, self.pos.offset, bound) {
+            return match shared.read_record(
+                &seg,
+                self.pos.segment,
+                self.pos.offset,
+                bound,
+                &mut self.hint,
+            ) {
                 Ok((rec, last, next)) => {
                     let at = self.pos;
                     self.pos.offset = next;

@@ -115,36 +115,86 @@ impl SealedSegment {
         offset: u64,
         buf: &mut [u8],
         cache: &Mutex<BlockCache>,
+        hint: &mut BlockHint,
+    ) -> Result<(), LogError> {
+        let mut done = 0usize;
+        self.each_piece(offset, buf.len(), cache, hint, |piece| {
+            buf[done..done + piece.len()].copy_from_slice(piece);
+            done += piece.len();
+        })
+    }
+
+    /// Appends logical bytes `[offset, offset + len)` to `out` (caller checks bounds).
+    pub fn read_to(
+        &self,
+        offset: u64,
+        len: usize,
+        out: &mut Vec<u8>,
+        cache: &Mutex<BlockCache>,
+        hint: &mut BlockHint,
+    ) -> Result<(), LogError> {
+        out.reserve(len);
+        self.each_piece(offset, len, cache, hint, |piece| {
+            out.extend_from_slice(piece)
+        })
+    }
+
+    fn each_piece(
+        &self,
+        offset: u64,
+        len: usize,
+        cache: &Mutex<BlockCache>,
+        hint: &mut BlockHint,
+        mut f: impl FnMut(&[u8]),
     ) -> Result<(), LogError> {
         debug_assert!(offset >= HEADER_BYTES, "records start after the header");
         debug_assert!(
-            offset + buf.len() as u64 <= self.footer.logical_len,
+            offset + len as u64 <= self.footer.logical_len,
             "caller checks bounds"
         );
         let mut done = 0usize;
-        while done < buf.len() {
+        while done < len {
             let at = offset + done as u64 - HEADER_BYTES;
             let i = (at / BLOCK_BYTES) as u32;
             let within = (at % BLOCK_BYTES) as usize;
-            let block = self.block(i, cache)?;
-            let n = (block.len() - within).min(buf.len() - done);
-            buf[done..done + n].copy_from_slice(&block[within..within + n]);
+            let block = self.block(i, cache, hint)?;
+            let n = (block.len() - within).min(len - done);
+            f(&block[within..within + n]);
             done += n;
         }
         Ok(())
     }
 
-    fn block(&self, i: u32, cache: &Mutex<BlockCache>) -> Result<Arc<Vec<u8>>, LogError> {
+    fn block(
+        &self,
+        i: u32,
+        cache: &Mutex<BlockCache>,
+        hint: &mut BlockHint,
+    ) -> Result<Arc<Vec<u8>>, LogError> {
         let key: BlockKey = (self.segment, i);
-        if let Some(b) = lock(cache).get(key) {
-            return Ok(b);
+        // A reader walking forward asks for the same block hundreds of times in a row.
+        if let Some((k, b)) = hint {
+            if *k == key {
+                return Ok(Arc::clone(b));
+            }
         }
-        // Decompress outside the lock: other readers keep going meanwhile.
-        let b = Arc::new(self.decompress_block(i)?);
-        lock(cache).insert(key, Arc::clone(&b));
+        let cached = lock(cache).get(key);
+        let b = match cached {
+            Some(b) => b,
+            None => {
+                // Decompress outside the lock: other readers keep going meanwhile.
+                let b = Arc::new(self.decompress_block(i)?);
+                lock(cache).insert(key, Arc::clone(&b));
+                b
+            }
+        };
+        *hint = Some((key, Arc::clone(&b)));
         Ok(b)
     }
 }
+
+/// The last block a reader used, kept by the reader to skip the shared cache.
+pub type BlockHint = Option<(BlockKey, Arc<Vec<u8>>)>;
 
 thread_local! {
     static DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { RefCell::new(None) };

@@ -329,3 +329,57 @@ fn concurrent_appenders_and_readers() {
         assert_eq!(log.read(l).unwrap().payload, p);
     }
 }
+
+#[test]
+fn open_does_not_read_sealed_bodies_but_verify_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("l");
+    let log = Log::create(&d, tiny(Durability::NoSyncBulkImport)).unwrap();
+    for i in 0..50 {
+        log.append(&[Record {
+            kind: 1,
+            payload: &payload(i),
+        }])
+        .unwrap();
+    }
+    assert_eq!(log.wait_for_sealing(), None);
+    drop(log);
+    let victim = log_files(&d, ".sealed").remove(2);
+    let mut bytes = std::fs::read(&victim).unwrap();
+    bytes[40] ^= 0x10; // inside block 0's compressed bytes
+    std::fs::write(&victim, &bytes).unwrap();
+    let (log, rec) = Log::open(&d, tiny(Durability::Sync)).unwrap();
+    assert_eq!(rec.cut_bytes, 0);
+    let e = log.verify().unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Corrupt);
+    let msg = e.to_string();
+    assert!(
+        msg.contains(&victim.display().to_string()) && msg.contains("offset 32"),
+        "{msg}"
+    );
+    // a scan stops at the damage with the same error instead of skipping it
+    let results: Vec<_> = log.scan(log.start()).collect();
+    let first_err = results.iter().position(Result::is_err).unwrap();
+    assert_eq!(
+        first_err + 1,
+        results.len(),
+        "nothing is returned after the damage"
+    );
+}
+
+fn log_files(d: &Path, suffix: &str) -> Vec<std::path::PathBuf> {
+    let mut v: Vec<_> = std::fs::read_dir(d)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.to_string_lossy().ends_with(suffix))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn log_is_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<Log>();
+    check::<LogError>();
+}

@@ -130,6 +130,7 @@ enum Command {
     /// Walk every checksum of the Root.
     Verify,
     /// Serve the JSON-lines protocol on standard input and output.
+    #[command(long_about = logbook_api::dispatch::serve_help())]
     Serve,
     /// Import agent transcripts (JSONL) into new Sessions.
     Import {

@@ -168,20 +168,11 @@ fn fold_into_and_fold_map_agree_with_fold_char() {
 
 #[test]
 fn ascii_run_finds_the_first_high_byte() {
-    let mut v = vec![b'a'; 40];
-    assert_eq!(ascii_run(&v), 40);
-    for at in 0..40 {
+    let mut v = vec![b'a'; 100];
+    assert_eq!(ascii_run(&v), 100);
+    for at in 0..100 {
         v[at] = 0xC3;
         assert_eq!(ascii_run(&v), at);
         v[at] = b'a';
-    }
-}
-
-#[test]
-fn swar_lowercase_matches_byte_lowercase() {
-    for b in 0u8..0x80 {
-        let w = u64::from_le_bytes([b, b'A', b'Z', b'@', b'[', b'a', b'z', b'`']);
-        let want: Vec<u8> = w.to_le_bytes().iter().map(u8::to_ascii_lowercase).collect();
-        assert_eq!(lower8(w).to_le_bytes().to_vec(), want, "byte {b:#x}");
     }
 }

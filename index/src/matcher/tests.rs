@@ -200,3 +200,28 @@ fn long_ascii_and_mixed_texts_agree_with_the_reference() {
         }
     }
 }
+
+#[test]
+fn huge_text_then_small_text() {
+    let mut big = "x".repeat(3 << 20);
+    big.push_str("ERROR");
+    assert_eq!(
+        hits("error", &big, false, false),
+        vec![(3 << 20, (3 << 20) + 5)]
+    );
+    assert_eq!(hits("error", "an Error", false, false), vec![(3, 8)]);
+}
+
+#[test]
+fn matcher_is_shared_across_threads() {
+    let m = std::sync::Arc::new(Matcher::new("straße", false, true));
+    let handles: Vec<_> = (0..4)
+        .map(|_| {
+            let m = m.clone();
+            std::thread::spawn(move || m.count("STRASSE Straße STRAẞE straßen"))
+        })
+        .collect();
+    for h in handles {
+        assert_eq!(h.join().unwrap(), 2);
+    }
+}

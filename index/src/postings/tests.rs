@@ -195,21 +195,30 @@ fn sample_file() -> Vec<u8> {
     b.to_bytes().unwrap()
 }
 
+/// The queries of `check_damaged`, with the clean file's answers.
+fn clean_answers(clean: &PostingsFile) -> Vec<(Vec<u32>, u32, Vec<u32>)> {
+    let mut ts: Vec<u32> = Vec::new();
+    for_each_trigram(b"row 1 text 3 common", |t| ts.push(t));
+    let mut out = Vec::new();
+    for q in [vec![], ts[0..1].to_vec(), ts[3..6].to_vec(), ts.clone()] {
+        for from in [0, 100, 399] {
+            let want = clean.candidates(&q, from, usize::MAX).unwrap();
+            out.push((q.clone(), from, want));
+        }
+    }
+    out
+}
+
 /// Opening and fully querying `bytes` either fails cleanly or gives the clean answers.
-fn check_damaged(bytes: Vec<u8>, clean: &PostingsFile, what: &str) {
+fn check_damaged(bytes: Vec<u8>, answers: &[(Vec<u32>, u32, Vec<u32>)], what: &str) {
     let Ok(f) = PostingsFile::from_bytes(bytes) else {
         return;
     };
     let verified = f.verify().is_ok();
-    let mut ts: Vec<u32> = Vec::new();
-    for_each_trigram(b"row 1 text 3 common", |t| ts.push(t));
-    for q in [vec![], ts[0..1].to_vec(), ts[3..6].to_vec(), ts.clone()] {
-        for from in [0, 100, 399] {
-            let want = clean.candidates(&q, from, usize::MAX).unwrap();
-            match f.candidates(&q, from, usize::MAX) {
-                Ok(got) => assert_eq!(got, want, "{what}: wrong data for q={q:x?} from={from}"),
-                Err(_) => assert!(!verified, "{what}: verify passed but a query failed"),
-            }
+    for (q, from, want) in answers {
+        match f.candidates(q, *from, usize::MAX) {
+            Ok(got) => assert_eq!(&got, want, "{what}: wrong data for q={q:x?} from={from}"),
+            Err(_) => assert!(!verified, "{what}: verify passed but a query failed"),
         }
     }
 }
@@ -225,17 +234,17 @@ fn truncation_at_every_offset_is_refused() {
             "cut {cut}: {e}"
         );
     }
-    check_damaged(bytes, &clean, "clean");
+    check_damaged(bytes, &clean_answers(&clean), "clean");
 }
 
 #[test]
 fn every_bit_flip_is_an_error_or_harmless() {
     let bytes = sample_file();
-    let clean = PostingsFile::from_bytes(bytes.clone()).unwrap();
+    let answers = clean_answers(&PostingsFile::from_bytes(bytes.clone()).unwrap());
     // Every bit of the header, then a stride over the rest (all bits is slow in debug builds).
     let bits = bytes.len() * 8;
     let mut flips: Vec<usize> = (0..64 * 8).collect();
-    flips.extend((64 * 8..bits).step_by(7));
+    flips.extend((64 * 8..bits).step_by(61));
     let mut caught = 0;
     for bit in flips {
         let mut b = bytes.clone();
@@ -246,7 +255,7 @@ fn every_bit_flip_is_an_error_or_harmless() {
         {
             caught += 1;
         }
-        check_damaged(b, &clean, &format!("bit {bit}"));
+        check_damaged(b, &answers, &format!("bit {bit}"));
     }
     assert!(caught > 0);
 }

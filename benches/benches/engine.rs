@@ -1,0 +1,399 @@
+//! Engine benchmarks: history pages, bulk append, open; each beside its peers on the same rows
+//! (one JSONL file per Session, parsed to page as agent tools do; SQLite, a plain table).
+//!
+//! Corpus: `LOGBOOK_CORPUS` (default /work/corpus/rows100.jsonl), one Session holding every row.
+//! Run: `cargo bench -p logbook-benches --bench engine -- --warm-up-time 1 --measurement-time 3`
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use logbook_engine::*;
+use rusqlite::{params, Connection};
+use std::hint::black_box;
+use std::io::{BufRead, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+struct CorpusRow {
+    role: String,
+    text: String,
+    line: String,
+}
+
+fn corpus_path() -> PathBuf {
+    std::env::var_os("LOGBOOK_CORPUS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| "/work/corpus/rows100.jsonl".into())
+}
+
+fn load_corpus(path: &Path) -> Vec<CorpusRow> {
+    let f = std::fs::File::open(path).unwrap_or_else(|e| {
+        panic!(
+            "corpus {}: {e} (see /work/shared/bench/README.md)",
+            path.display()
+        )
+    });
+    std::io::BufReader::new(f)
+        .lines()
+        .map(|l| {
+            let line = l.expect("line");
+            let v: serde_json::Value = serde_json::from_str(&line).expect("row json");
+            CorpusRow {
+                role: v["role"].as_str().expect("role").to_owned(),
+                text: v["text"].as_str().expect("text").to_owned(),
+                line,
+            }
+        })
+        .collect()
+}
+
+fn size_label(rows: &[CorpusRow]) -> String {
+    let bytes: usize = rows.iter().map(|r| r.text.len()).sum();
+    format!("{}MB", bytes / 1_000_000)
+}
+
+/// One event per corpus row: user -> userMessage, assistant -> modelCompletion, toolResult.
+fn to_events(rows: &[CorpusRow]) -> Vec<Event> {
+    let mut inv = String::from("inv-0");
+    let mut out = Vec::with_capacity(rows.len());
+    for (i, r) in rows.iter().enumerate() {
+        let e = match r.role.as_str() {
+            "user" => {
+                inv = format!("inv-{i}");
+                Event::UserMessage(UserMessage {
+                    invocation: inv.clone(),
+                    text: r.text.clone(),
+                    attachments: vec![],
+                })
+            }
+            "assistant" => Event::ModelCompletion(ModelCompletion {
+                invocation: inv.clone(),
+                model: "m".into(),
+                items: vec![Item::Assistant {
+                    body: r.text.clone(),
+                    thinking: None,
+                }],
+                usage: None,
+            }),
+            _ => Event::ToolResult(ToolResult {
+                invocation: inv.clone(),
+                tool_call_id: format!("c-{i}"),
+                status: ToolStatus::Ok,
+                body: r.text.clone(),
+                raw: RawJson::null(),
+                parts: vec![],
+                bytes: r.text.len() as u64,
+                digest: validate::sha256_digest(r.text.as_bytes()),
+            }),
+        };
+        out.push(e);
+    }
+    out
+}
+
+const BATCH_EVENTS: usize = 256;
+
+fn bulk_options() -> RootOptions {
+    RootOptions {
+        durability: Durability::NoSyncBulkImport,
+        ..RootOptions::default()
+    }
+}
+
+fn build_root(dir: &Path, events: &[Event]) {
+    Root::init(dir).expect("init");
+    let root = Root::open_with(dir, bulk_options()).expect("open");
+    root.create_session(CreateSessionParams {
+        session_id: Some("s".into()),
+        workspace: None,
+        operation: "c".into(),
+    })
+    .expect("create");
+    for (b, chunk) in events.chunks(BATCH_EVENTS).enumerate() {
+        root.append(AppendParams {
+            session_id: "s".into(),
+            operation: format!("b{b}"),
+            events: chunk.to_vec(),
+        })
+        .expect("append");
+    }
+    root.sync_indexes().expect("sync");
+}
+
+fn build_jsonl(path: &Path, rows: &[CorpusRow]) {
+    let mut w = BufWriter::new(std::fs::File::create(path).expect("jsonl"));
+    for r in rows {
+        w.write_all(r.line.as_bytes()).expect("write");
+        w.write_all(b"\n").expect("write");
+    }
+    w.flush().expect("flush");
+}
+
+fn build_sqlite(path: &Path, rows: &[CorpusRow]) -> Connection {
+    let _ = std::fs::remove_file(path);
+    let mut c = Connection::open(path).expect("sqlite");
+    c.execute_batch("PRAGMA journal_mode=WAL; PRAGMA synchronous=OFF; CREATE TABLE rows(id INTEGER PRIMARY KEY, session TEXT, role TEXT, body TEXT);")
+        .expect("schema");
+    let tx = c.transaction().expect("tx");
+    {
+        let mut st = tx
+            .prepare("INSERT INTO rows(session, role, body) VALUES ('s', ?1, ?2)")
+            .expect("prepare");
+        for r in rows {
+            st.execute(params![r.role, r.text]).expect("insert");
+        }
+    }
+    tx.commit().expect("commit");
+    c
+}
+
+/// What agent tools do to show the end of a conversation: read the file, parse every line.
+fn jsonl_last_page(path: &Path, n: usize) -> Vec<serde_json::Value> {
+    let text = std::fs::read_to_string(path).expect("read");
+    let all: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("parse"))
+        .collect();
+    all[all.len().saturating_sub(n)..].to_vec()
+}
+
+fn sqlite_page(c: &Connection, before: i64, n: usize) -> Vec<(i64, String, String)> {
+    let mut st = c
+        .prepare_cached("SELECT id, role, body FROM rows WHERE id < ?1 ORDER BY id DESC LIMIT ?2")
+        .expect("prepare");
+    st.query_map(params![before, n as i64], |r| {
+        Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+    })
+    .expect("query")
+    .map(|r| r.expect("row"))
+    .collect()
+}
+
+fn sqlite_forward(c: &Connection, after: i64, n: usize) -> Vec<(i64, String, String)> {
+    let mut st = c
+        .prepare_cached("SELECT id, role, body FROM rows WHERE id > ?1 ORDER BY id LIMIT ?2")
+        .expect("prepare");
+    st.query_map(params![after, n as i64], |r| {
+        Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+    })
+    .expect("query")
+    .map(|r| r.expect("row"))
+    .collect()
+}
+
+struct Fixture {
+    _tmp: tempfile::TempDir,
+    root_dir: PathBuf,
+    jsonl: PathBuf,
+    sqlite: Connection,
+    rows: Vec<CorpusRow>,
+    events: Vec<Event>,
+    label: String,
+}
+
+fn fixture() -> Fixture {
+    let rows = load_corpus(&corpus_path());
+    let events = to_events(&rows);
+    let tmp = tempfile::Builder::new()
+        .prefix("logbook-bench-engine")
+        .tempdir_in("/tmp")
+        .expect("tmp");
+    let root_dir = tmp.path().join("root");
+    build_root(&root_dir, &events);
+    let jsonl = tmp.path().join("s.jsonl");
+    build_jsonl(&jsonl, &rows);
+    let sqlite = build_sqlite(&tmp.path().join("rows.sqlite"), &rows);
+    let label = size_label(&rows);
+    Fixture {
+        _tmp: tmp,
+        root_dir,
+        jsonl,
+        sqlite,
+        rows,
+        events,
+        label,
+    }
+}
+
+fn history_params(
+    after: Option<String>,
+    limit: u32,
+    direction: Direction,
+    through: Option<u64>,
+) -> HistoryParams {
+    HistoryParams {
+        session_id: "s".into(),
+        through,
+        after,
+        limit: Some(limit),
+        anchor: None,
+        direction: Some(direction),
+    }
+}
+
+fn benches(c: &mut Criterion) {
+    let fx = fixture();
+    let n_rows = fx.rows.len() as u64;
+
+    // Last page of 128 rows, newest first, from the end.
+    {
+        let root = Root::open(&fx.root_dir).expect("open");
+        let mut g = c.benchmark_group(format!("engine/history_last_page/{}", fx.label));
+        g.throughput(Throughput::Elements(128));
+        g.bench_function("logbook", |b| {
+            b.iter(|| {
+                let p = root
+                    .history(history_params(None, 128, Direction::Backward, None))
+                    .expect("page");
+                assert_eq!(p.rows.len(), 128);
+                black_box(p)
+            })
+        });
+        g.bench_function("sqlite", |b| {
+            b.iter(|| black_box(sqlite_page(&fx.sqlite, i64::MAX, 128)))
+        });
+        g.sample_size(10);
+        g.bench_function("jsonl_parse", |b| {
+            b.iter(|| black_box(jsonl_last_page(&fx.jsonl, 128)))
+        });
+        g.finish();
+    }
+
+    // Forward paging through every row, 1024 per page, warm.
+    {
+        let root = Root::open(&fx.root_dir).expect("open");
+        let through = root.revision("s").expect("rev");
+        let mut g = c.benchmark_group(format!("engine/history_forward/{}", fx.label));
+        g.throughput(Throughput::Elements(n_rows));
+        g.sample_size(10);
+        g.bench_function("logbook", |b| {
+            b.iter(|| {
+                let mut after = None;
+                let mut n = 0usize;
+                loop {
+                    let p = root
+                        .history(history_params(
+                            after,
+                            1024,
+                            Direction::Forward,
+                            Some(through),
+                        ))
+                        .expect("page");
+                    n += p.rows.len();
+                    after = p.next_after;
+                    if after.is_none() {
+                        break;
+                    }
+                }
+                assert_eq!(n as u64, n_rows);
+                n
+            })
+        });
+        g.bench_function("sqlite", |b| {
+            b.iter(|| {
+                let (mut last, mut n) = (0i64, 0usize);
+                loop {
+                    let page = sqlite_forward(&fx.sqlite, last, 1024);
+                    let Some(l) = page.last() else { break };
+                    last = l.0;
+                    n += page.len();
+                }
+                n
+            })
+        });
+        g.bench_function("jsonl_parse", |b| {
+            b.iter(|| black_box(jsonl_last_page(&fx.jsonl, usize::MAX).len()))
+        });
+        g.finish();
+    }
+
+    // Open a Root and read the last page (the Session opens lazily on first use).
+    {
+        let mut g = c.benchmark_group(format!("engine/open/{}", fx.label));
+        g.throughput(Throughput::Elements(1));
+        g.bench_function("logbook_open_and_last_page", |b| {
+            b.iter(|| {
+                let root = Root::open(&fx.root_dir).expect("open");
+                let p = root
+                    .history(history_params(None, 128, Direction::Backward, None))
+                    .expect("page");
+                black_box(p.rows.len())
+            })
+        });
+        g.bench_function("sqlite_open_and_last_page", |b| {
+            b.iter(|| {
+                let c = Connection::open(fx._tmp.path().join("rows.sqlite")).expect("open");
+                black_box(sqlite_page(&c, i64::MAX, 128).len())
+            })
+        });
+        g.finish();
+    }
+
+    // Bulk append (no fsync), MB/s of row text.
+    {
+        let bytes: u64 = fx.rows.iter().map(|r| r.text.len() as u64).sum();
+        let mut g = c.benchmark_group(format!("engine/append_bulk/{}", fx.label));
+        g.throughput(Throughput::Bytes(bytes));
+        g.sample_size(10);
+        g.bench_function(BenchmarkId::new("logbook", "nosync"), |b| {
+            b.iter_with_setup(
+                || {
+                    let tmp = tempfile::tempdir_in("/tmp").expect("tmp");
+                    let dir = tmp.path().join("r");
+                    Root::init(&dir).expect("init");
+                    let root = Root::open_with(&dir, bulk_options()).expect("open");
+                    root.create_session(CreateSessionParams {
+                        session_id: Some("s".into()),
+                        workspace: None,
+                        operation: "c".into(),
+                    })
+                    .expect("create");
+                    let batches: Vec<Vec<Event>> =
+                        fx.events.chunks(BATCH_EVENTS).map(|c| c.to_vec()).collect();
+                    (tmp, root, batches)
+                },
+                |(tmp, root, batches)| {
+                    for (i, events) in batches.into_iter().enumerate() {
+                        root.append(AppendParams {
+                            session_id: "s".into(),
+                            operation: format!("b{i}"),
+                            events,
+                        })
+                        .expect("append");
+                    }
+                    (tmp, root)
+                },
+            )
+        });
+        g.bench_function(BenchmarkId::new("jsonl", "nosync"), |b| {
+            b.iter_with_setup(
+                || tempfile::tempdir_in("/tmp").expect("tmp"),
+                |tmp| {
+                    let mut w = BufWriter::new(std::fs::File::create(tmp.path().join("s.jsonl")).expect("jsonl"));
+                    for (i, r) in fx.rows.iter().enumerate() {
+                        let v = serde_json::json!({"id": i, "session": "s", "role": r.role, "text": r.text});
+                        serde_json::to_writer(&mut w, &v).expect("write");
+                        w.write_all(b"\n").expect("nl");
+                    }
+                    w.flush().expect("flush");
+                    tmp
+                },
+            )
+        });
+        g.bench_function(BenchmarkId::new("sqlite", "sync_off"), |b| {
+            b.iter_with_setup(
+                || tempfile::tempdir_in("/tmp").expect("tmp"),
+                |tmp| {
+                    let c = build_sqlite(&tmp.path().join("a.sqlite"), &fx.rows);
+                    (tmp, c)
+                },
+            )
+        });
+        g.finish();
+    }
+}
+
+criterion_group! {
+    name = engine;
+    config = Criterion::default().warm_up_time(Duration::from_secs(1)).measurement_time(Duration::from_secs(3));
+    targets = benches
+}
+criterion_main!(engine);

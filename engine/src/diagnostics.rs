@@ -1,0 +1,510 @@
+//! Session diagnostics: operational failure records (execution, model step, automatic title)
+//! with their own revision, independent of history.
+//!
+//! Each Session that ever recorded one has a small `logbook-log` log in
+//! `sessions/<id>/diagnostics/`. One record (kind 1) holds one diagnostic together
+//! with the receipt of the `recordDiagnostic` operation that made it, so after a crash both or
+//! neither exist. The diagnostics revision is the number of diagnostics recorded (dense from
+//! 1); a page under fence `through` sees the diagnostics with revision `<= through`, newest
+//! first. The log is read whole when first used: diagnostics are few and small (a cause is at
+//! most [`DIAGNOSTIC_MESSAGE_BYTES_MAX`] bytes), so this is O(diagnostics), never O(history).
+//!
+//! `at` is milliseconds since the Unix epoch (UTC) when the diagnostic was recorded;
+//! `sequence` is the Session's history revision at that moment. A fork starts with no
+//! diagnostics: failures of the source never show in it.
+//!
+//! Receipts: a `recordDiagnostic` operation is scoped to its Session. A repeat with the same
+//! parameters returns the first result; other parameters, or an operation that the Session's
+//! history mutations already used, fail with Conflict.
+
+use crate::error::EngineError;
+use crate::records;
+use crate::root::{lock, Root};
+use crate::validate::validate_id;
+use base64::Engine as _;
+use logbook_log::{Log, Record};
+use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+/// Record kind of a diagnostic (with its receipt) in a diagnostics log.
+pub(crate) const KIND_DIAGNOSTIC: u8 = 1;
+/// Default diagnostics per page.
+pub const DIAGNOSTICS_PAGE_DEFAULT: u32 = 64;
+/// Most diagnostics per page.
+pub const DIAGNOSTICS_PAGE_MAX: u32 = 1024;
+/// Longest `cause.code`, in bytes.
+pub const DIAGNOSTIC_CODE_BYTES_MAX: usize = 64;
+/// Longest `cause.message`, in bytes.
+pub const DIAGNOSTIC_MESSAGE_BYTES_MAX: usize = 4096;
+/// Version byte of diagnostics cursors.
+pub const DIAGNOSTICS_CURSOR_VERSION: u8 = 1;
+const CURSOR_MAGIC: u8 = b'D';
+const CURSOR_BYTES: usize = 30;
+const DIAGNOSTICS_DIR: &str = "diagnostics";
+
+/// What failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum DiagnosticKind {
+    Execution,
+    ModelStep,
+    Title,
+}
+
+/// A safe, typed cause: a short machine code and a bounded human message (never a provider
+/// body). `code` is 1 to [`DIAGNOSTIC_CODE_BYTES_MAX`] bytes of `[A-Za-z0-9._-]`; `message`
+/// at most [`DIAGNOSTIC_MESSAGE_BYTES_MAX`] bytes.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DiagnosticCause {
+    pub code: String,
+    #[serde(default)]
+    pub message: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecordDiagnosticParams {
+    pub session_id: String,
+    pub operation: String,
+    pub kind: DiagnosticKind,
+    /// The invocation the failure belongs to; it must exist in the Session.
+    pub invocation: String,
+    pub cause: DiagnosticCause,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecordDiagnosticResult {
+    pub id: String,
+    /// The diagnostics revision this diagnostic got.
+    pub revision: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Diagnostic {
+    pub id: String,
+    pub kind: DiagnosticKind,
+    pub invocation: String,
+    /// The Session's history revision when the diagnostic was recorded.
+    pub sequence: u64,
+    pub cause: DiagnosticCause,
+    /// Milliseconds since the Unix epoch (UTC).
+    pub at: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DiagnosticsParams {
+    pub session_id: String,
+    #[serde(default)]
+    pub through: Option<u64>,
+    #[serde(default)]
+    pub after: Option<String>,
+    #[serde(default)]
+    pub limit: Option<u32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DiagnosticsPage {
+    /// The diagnostics fence of this page (pin it for the following pages).
+    pub through: u64,
+    /// Newest first.
+    pub diagnostics: Vec<Diagnostic>,
+    pub next_after: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WatchDiagnosticsParams {
+    pub session_id: String,
+    #[serde(default)]
+    pub after: Option<u64>,
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DiagnosticsRevision {
+    pub revision: u64,
+}
+
+/// Disk form of one diagnostic and its receipt (postcard).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct DiagRecord {
+    revision: u64,
+    diagnostic: Diagnostic,
+    operation: String,
+    params: [u8; 32],
+}
+
+#[derive(Default)]
+struct DiagState {
+    log: Option<Log>,
+    items: Vec<Diagnostic>,
+    receipts: HashMap<String, ([u8; 32], RecordDiagnosticResult)>,
+}
+
+/// One Session's diagnostics, loaded on first use.
+pub(crate) struct DiagLog {
+    dir: PathBuf,
+    state: Mutex<DiagState>,
+    changed: Condvar,
+}
+
+impl DiagLog {
+    fn open(dir: PathBuf, config: logbook_log::LogConfig) -> Result<DiagLog, EngineError> {
+        let mut st = DiagState::default();
+        if dir.is_dir() {
+            let (log, _) = Log::open(&dir, config)?;
+            for item in log.scan(log.start()) {
+                let (loc, record, _) = item?;
+                if record.kind != KIND_DIAGNOSTIC {
+                    return Err(EngineError::corrupt(
+                        &dir,
+                        format!("unknown record kind {} at {loc:?}", record.kind),
+                    ));
+                }
+                let r: DiagRecord = records::decode(&dir, "a diagnostic record", &record.payload)?;
+                if r.revision != st.items.len() as u64 + 1 {
+                    return Err(EngineError::corrupt(
+                        &dir,
+                        format!(
+                            "diagnostic at {loc:?} has revision {} where {} was expected",
+                            r.revision,
+                            st.items.len() + 1
+                        ),
+                    ));
+                }
+                st.receipts.insert(
+                    r.operation.clone(),
+                    (
+                        r.params,
+                        RecordDiagnosticResult {
+                            id: r.diagnostic.id.clone(),
+                            revision: r.revision,
+                        },
+                    ),
+                );
+                st.items.push(r.diagnostic);
+            }
+            st.log = Some(log);
+        }
+        Ok(DiagLog {
+            dir,
+            state: Mutex::new(st),
+            changed: Condvar::new(),
+        })
+    }
+
+    fn revision(&self) -> u64 {
+        lock(&self.state).items.len() as u64
+    }
+}
+
+/// Diagnostics logs of the Root's Sessions, opened lazily.
+#[derive(Default)]
+pub(crate) struct DiagLogs {
+    open: Mutex<HashMap<String, Arc<DiagLog>>>,
+}
+
+fn validate_cause(c: &DiagnosticCause) -> Result<(), EngineError> {
+    let ok = !c.code.is_empty()
+        && c.code.len() <= DIAGNOSTIC_CODE_BYTES_MAX
+        && c.code
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if !ok {
+        return Err(EngineError::invalid(format!(
+            "cause.code {:?} must be 1 to {DIAGNOSTIC_CODE_BYTES_MAX} characters of A-Z a-z 0-9 . _ -",
+            c.code
+        )));
+    }
+    if c.message.len() > DIAGNOSTIC_MESSAGE_BYTES_MAX {
+        return Err(EngineError::invalid(format!(
+            "cause.message is {} bytes; at most {DIAGNOSTIC_MESSAGE_BYTES_MAX} are kept (no provider bodies)",
+            c.message.len()
+        )));
+    }
+    Ok(())
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn encode_cursor(session_id: &str, through: u64, last: u64) -> String {
+    let mut b = Vec::with_capacity(CURSOR_BYTES);
+    b.push(CURSOR_MAGIC);
+    b.push(DIAGNOSTICS_CURSOR_VERSION);
+    b.extend_from_slice(&crate::cursor::session_tag(session_id));
+    b.extend_from_slice(&through.to_le_bytes());
+    b.extend_from_slice(&last.to_le_bytes());
+    let crc = crc32fast::hash(&b);
+    b.extend_from_slice(&crc.to_le_bytes());
+    debug_assert_eq!(b.len(), CURSOR_BYTES, "cursor layout");
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(b)
+}
+
+/// Returns the revision of the last diagnostic the previous page returned.
+fn decode_cursor(text: &str, session_id: &str, through: u64) -> Result<u64, EngineError> {
+    let bad = |why: &str| {
+        EngineError::invalid(format!(
+            "diagnostics cursor `after` {why}; pass the nextAfter of the previous page with the \
+             same sessionId and through, or null to start over"
+        ))
+    };
+    let b = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(text.as_bytes())
+        .map_err(|_| bad("is not a cursor this engine made"))?;
+    if b.len() != CURSOR_BYTES || b[0] != CURSOR_MAGIC {
+        return Err(bad("is not a diagnostics cursor"));
+    }
+    let crc = u32::from_le_bytes(b[26..30].try_into().expect("4 bytes"));
+    if crc32fast::hash(&b[..26]) != crc {
+        return Err(bad("is damaged (checksum mismatch)"));
+    }
+    if b[1] != DIAGNOSTICS_CURSOR_VERSION {
+        return Err(bad(&format!("has version {}", b[1])));
+    }
+    if b[2..10] != crate::cursor::session_tag(session_id) {
+        return Err(bad("belongs to another Session"));
+    }
+    let fence = u64::from_le_bytes(b[10..18].try_into().expect("8 bytes"));
+    if fence != through {
+        return Err(bad(&format!("was made under fence {fence}, not {through}")));
+    }
+    let last = u64::from_le_bytes(b[18..26].try_into().expect("8 bytes"));
+    if last == 0 || last > through {
+        return Err(bad("points outside its fence"));
+    }
+    Ok(last)
+}
+
+impl Root {
+    fn diag_log(&self, session_id: &str) -> Result<Arc<DiagLog>, EngineError> {
+        // The Session must exist (NotFound otherwise); its directory holds the log.
+        let s = self.session(session_id)?;
+        let mut open = lock(&self.shared.extras.diags.open);
+        if let Some(d) = open.get(session_id) {
+            return Ok(Arc::clone(d));
+        }
+        let d = Arc::new(DiagLog::open(
+            s.dir().join(DIAGNOSTICS_DIR),
+            self.shared.log_config(),
+        )?);
+        open.insert(session_id.to_owned(), Arc::clone(&d));
+        Ok(d)
+    }
+
+    /// Appends one diagnostic (once per operation) and wakes `watchDiagnostics` waiters.
+    pub fn record_diagnostic(
+        &self,
+        p: RecordDiagnosticParams,
+    ) -> Result<RecordDiagnosticResult, EngineError> {
+        validate_id("operation", &p.operation)?;
+        validate_id("invocation", &p.invocation)?;
+        validate_cause(&p.cause)?;
+        let s = self.session(&p.session_id)?;
+        let params = records::params_digest(
+            "recordDiagnostic",
+            &(&p.kind, &p.invocation, &p.cause.code, &p.cause.message),
+        );
+        let d = self.diag_log(&p.session_id)?;
+        let mut st = lock(&d.state);
+        if let Some((digest, result)) = st.receipts.get(&p.operation) {
+            if *digest == params {
+                return Ok(result.clone());
+            }
+            return Err(EngineError::conflict(format!(
+                "operation {:?} already recorded diagnostic {} in Session {} with other parameters; \
+                 use a new operation",
+                p.operation, result.id, p.session_id
+            )));
+        }
+        if s.receipt(&p.operation)?.is_some() {
+            return Err(EngineError::conflict(format!(
+                "operation {:?} was already used in Session {} for another mutation",
+                p.operation, p.session_id
+            )));
+        }
+        let sequence = {
+            let inner = s.read();
+            if !inner.state.invocations.contains_key(&p.invocation) {
+                return Err(EngineError::not_found(format!(
+                    "invocation {:?} in Session {}",
+                    p.invocation, p.session_id
+                )));
+            }
+            inner.state.revision
+        };
+        if st.log.is_none() {
+            st.log = Some(create_log(&d.dir, self.shared.log_config())?);
+        }
+        let revision = st.items.len() as u64 + 1;
+        let diagnostic = Diagnostic {
+            id: format!("diag-{revision}"),
+            kind: p.kind,
+            invocation: p.invocation,
+            sequence,
+            cause: p.cause,
+            at: now_ms(),
+        };
+        let record = DiagRecord {
+            revision,
+            diagnostic: diagnostic.clone(),
+            operation: p.operation.clone(),
+            params,
+        };
+        let payload = records::encode(&record);
+        st.log.as_ref().expect("created above").append(&[Record {
+            kind: KIND_DIAGNOSTIC,
+            payload: &payload,
+        }])?;
+        let result = RecordDiagnosticResult {
+            id: diagnostic.id.clone(),
+            revision,
+        };
+        st.items.push(diagnostic);
+        st.receipts.insert(p.operation, (params, result.clone()));
+        drop(st);
+        d.changed.notify_all();
+        Ok(result)
+    }
+
+    /// A newest-first page of the Session's diagnostics under a diagnostics fence.
+    pub fn diagnostics(&self, p: DiagnosticsParams) -> Result<DiagnosticsPage, EngineError> {
+        let limit = p.limit.unwrap_or(DIAGNOSTICS_PAGE_DEFAULT);
+        if limit == 0 || limit > DIAGNOSTICS_PAGE_MAX {
+            return Err(EngineError::invalid(format!(
+                "limit must be 1 to {DIAGNOSTICS_PAGE_MAX}, got {limit}"
+            )));
+        }
+        let d = self.diag_log(&p.session_id)?;
+        let st = lock(&d.state);
+        let rev = st.items.len() as u64;
+        let through = match p.through {
+            None => rev,
+            Some(t) if t <= rev => t,
+            Some(t) => {
+                return Err(EngineError::invalid(format!(
+                    "through {t} is past the diagnostics revision {rev} of Session {}",
+                    p.session_id
+                )))
+            }
+        };
+        // `below`: the revisions still to return are 1..below.
+        let below = match &p.after {
+            None => through + 1,
+            Some(c) => decode_cursor(c, &p.session_id, through)?,
+        };
+        let lo = below.saturating_sub(u64::from(limit)).max(1);
+        let diagnostics: Vec<Diagnostic> = (lo..below)
+            .rev()
+            .map(|r| st.items[(r - 1) as usize].clone())
+            .collect();
+        let next_after =
+            (lo > 1 && !diagnostics.is_empty()).then(|| encode_cursor(&p.session_id, through, lo));
+        Ok(DiagnosticsPage {
+            through,
+            diagnostics,
+            next_after,
+        })
+    }
+
+    /// Blocks until the diagnostics revision is past `after` (at once when it already is) or
+    /// `timeoutMs` passes, and returns the revision then.
+    pub fn watch_diagnostics(
+        &self,
+        p: WatchDiagnosticsParams,
+    ) -> Result<DiagnosticsRevision, EngineError> {
+        let timeout_ms = p.timeout_ms.unwrap_or(0);
+        if timeout_ms > crate::WATCH_TIMEOUT_MS_MAX {
+            return Err(EngineError::invalid(format!(
+                "timeoutMs must be at most {}, got {timeout_ms}",
+                crate::WATCH_TIMEOUT_MS_MAX
+            )));
+        }
+        let d = self.diag_log(&p.session_id)?;
+        let after = p.after.unwrap_or(0);
+        let deadline = std::time::Instant::now() + Duration::from_millis(timeout_ms);
+        let mut st = lock(&d.state);
+        loop {
+            let rev = st.items.len() as u64;
+            let now = std::time::Instant::now();
+            if rev > after || now >= deadline {
+                return Ok(DiagnosticsRevision { revision: rev });
+            }
+            st = d
+                .changed
+                .wait_timeout(st, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    /// The current diagnostics revision of a Session (0 when it recorded none).
+    pub fn diagnostics_revision(&self, session_id: &str) -> Result<u64, EngineError> {
+        Ok(self.diag_log(session_id)?.revision())
+    }
+}
+
+/// Creates the diagnostics log directory: built under a temporary name and renamed, so a
+/// half-made log never appears.
+fn create_log(dir: &Path, config: logbook_log::LogConfig) -> Result<Log, EngineError> {
+    let tmp = dir.with_extension("tmp");
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp)
+            .map_err(|e| EngineError::io(&tmp, "remove a half-made diagnostics log", e))?;
+    }
+    drop(Log::create(&tmp, config.clone())?);
+    crate::fsutil::sync_dir(&tmp)?;
+    std::fs::rename(&tmp, dir).map_err(|e| EngineError::io(dir, "rename into place", e))?;
+    crate::fsutil::sync_dir(dir.parent().unwrap_or(Path::new(".")))?;
+    let (log, _) = Log::open(dir, config)?;
+    Ok(log)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursor_binding() {
+        let c = encode_cursor("a", 9, 4);
+        assert_eq!(decode_cursor(&c, "a", 9).expect("ok"), 4);
+        assert!(decode_cursor(&c, "b", 9).is_err());
+        assert!(decode_cursor(&c, "a", 8).is_err());
+        assert!(decode_cursor("zzzz", "a", 9).is_err());
+    }
+
+    #[test]
+    fn cause_validation() {
+        let ok = DiagnosticCause {
+            code: "provider.timeout".into(),
+            message: "no answer in 30 s".into(),
+        };
+        assert!(validate_cause(&ok).is_ok());
+        for code in ["", "has space", &"x".repeat(65)] {
+            let c = DiagnosticCause {
+                code: code.into(),
+                message: String::new(),
+            };
+            assert!(validate_cause(&c).is_err(), "{code:?}");
+        }
+        let long = DiagnosticCause {
+            code: "x".into(),
+            message: "m".repeat(DIAGNOSTIC_MESSAGE_BYTES_MAX + 1),
+        };
+        assert!(validate_cause(&long).is_err());
+    }
+}

@@ -1,0 +1,403 @@
+//! Literal search over a Session's rows (contract section 3).
+//!
+//! A page walks rows in position order from the cursor. Which rows it looks at comes from the
+//! trigram postings (module `index`): one file per finished log segment plus an in-memory builder
+//! for the active segment, doc = row. Every candidate is verified with
+//! [`logbook_index::Matcher`] on the original field text read from the log, so postings only
+//! ever narrow the work, never decide a hit. A query whose folded form is 2 bytes has no
+//! trigram of its own; it takes the union of the 512 trigrams that extend it by one byte on
+//! either side (fields are indexed between edge bytes, so every 2-byte run has one). A 1-byte
+//! folded query makes every row a candidate (a bounded scan).
+//!
+//! Hit order: row position, then field (`body` < `thinking` < `arguments`, the order in which
+//! a row kind lists them), then `start`. Each page does bounded work:
+//! at most [`SEARCH_PAGE_ROWS_EXAMINED_MAX`] rows verified, about
+//! [`SEARCH_PAGE_BYTES_EXAMINED_MAX`] bytes of field text scanned (a page always verifies at
+//! least one row, so it always makes progress) and [`SEARCH_PAGE_LOOKUPS_MAX`] postings
+//! lookups; it may end with no hits and a cursor. The cursor records the row, field and byte
+//! offset to resume at, so a row with more hits than `limit` continues on the next page.
+
+mod cursor;
+mod index;
+
+pub use cursor::SEARCH_CURSOR_VERSION;
+pub(crate) use index::SearchIndex;
+pub use index::SEARCH_DIR;
+
+use crate::error::EngineError;
+use crate::event::{rows_of, Event};
+use crate::history::fence;
+use crate::params::Position;
+use crate::session::{Inner, Session};
+use cursor::{Binding, SearchCursor};
+use index::{is_searchable, row_entry, segment_of_row, Sealed, Tail};
+use logbook_index::Matcher;
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+/// Hits per page when `limit` is null.
+pub const SEARCH_HITS_DEFAULT: u32 = 64;
+/// Most hits per page.
+pub const SEARCH_HITS_MAX: u32 = 1024;
+/// Most rows one page verifies against the original text.
+pub const SEARCH_PAGE_ROWS_EXAMINED_MAX: u64 = 4096;
+/// Field bytes after which a page stops verifying (checked between rows).
+pub const SEARCH_PAGE_BYTES_EXAMINED_MAX: u64 = 16 << 20;
+/// Most postings lookups (candidate batches) per page.
+pub const SEARCH_PAGE_LOOKUPS_MAX: u64 = 4096;
+/// Same limit under the name the first, scan-only search used.
+pub const SEARCH_SCAN_ROWS_MAX: u64 = SEARCH_PAGE_ROWS_EXAMINED_MAX;
+/// Same limit under the name the first, scan-only search used.
+pub const SEARCH_SCAN_BYTES_MAX: u64 = SEARCH_PAGE_BYTES_EXAMINED_MAX;
+/// The searched fields, in the order hits of one row are reported.
+pub const SEARCH_FIELDS: [&str; 3] = ["body", "thinking", "arguments"];
+/// Longest query, in bytes.
+pub const SEARCH_QUERY_BYTES_MAX: usize = 4096;
+/// Candidates fetched from one postings source per lookup.
+const CANDIDATE_BATCH: usize = 1024;
+
+/// `search` request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SearchParams {
+    pub session_id: String,
+    pub query: String,
+    /// Default false: both sides simply case folded.
+    #[serde(default)]
+    pub case_sensitive: Option<bool>,
+    /// Default false.
+    #[serde(default)]
+    pub whole_word: Option<bool>,
+    /// Null = the current revision (returned in the page).
+    #[serde(default)]
+    pub through: Option<u64>,
+    /// The previous page's `nextAfter`; null starts at the first row.
+    #[serde(default)]
+    pub after: Option<String>,
+    /// Most hits per page: default [`SEARCH_HITS_DEFAULT`], at most [`SEARCH_HITS_MAX`].
+    #[serde(default)]
+    pub limit: Option<u32>,
+}
+
+/// One match: a byte range `[start, end)` of the original text of one field of one row.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SearchHit {
+    pub position: Position,
+    pub field: String,
+    pub start: u64,
+    pub end: u64,
+}
+
+/// One page of hits; `nextAfter` null means the scan under this fence is complete.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SearchPage {
+    pub through: u64,
+    pub hits: Vec<SearchHit>,
+    pub next_after: Option<String>,
+}
+
+/// Which docs a postings source must return for the query.
+enum Plan {
+    /// Folded query of 3+ bytes: docs holding all its trigrams.
+    AllOf(Vec<u32>),
+    /// Folded query of 2 bytes `b1 b2`: docs holding any trigram `? b1 b2` or `b1 b2 ?`
+    /// (every field is indexed between edge bytes, so each 2-byte run has one).
+    AnyOf(Vec<u32>),
+    /// Folded query of 1 byte: every doc (a bounded scan).
+    Every,
+}
+
+impl Plan {
+    fn new(query: &str, matcher: &Matcher) -> Plan {
+        if !matcher.trigrams().is_empty() {
+            return Plan::AllOf(matcher.trigrams().to_vec());
+        }
+        let folded: String = query.chars().map(logbook_index::fold_char).collect();
+        match *folded.as_bytes() {
+            [b1, b2] => {
+                let pair = (u32::from(b1) << 8) | u32::from(b2);
+                let mut keys: Vec<u32> = (0..=255u32)
+                    .flat_map(|c| [(c << 16) | pair, (pair << 8) | c])
+                    .collect();
+                keys.sort_unstable();
+                keys.dedup();
+                Plan::AnyOf(keys)
+            }
+            _ => Plan::Every,
+        }
+    }
+
+    /// Runs the plan against one source (`lookup(trigrams, from_doc, limit)`): at most
+    /// `CANDIDATE_BATCH` docs `>= from_doc`, ascending; fewer means no more in this source.
+    fn candidates<E>(
+        &self,
+        from_doc: u32,
+        mut lookup: impl FnMut(&[u32], u32, usize) -> Result<Vec<u32>, E>,
+    ) -> Result<Vec<u32>, E> {
+        match self {
+            Plan::AllOf(t) => lookup(t, from_doc, CANDIDATE_BATCH),
+            Plan::Every => lookup(&[], from_doc, CANDIDATE_BATCH),
+            Plan::AnyOf(keys) => {
+                // The union's first BATCH docs are among each list's first BATCH docs.
+                let mut all = Vec::new();
+                for k in keys {
+                    all.extend(lookup(std::slice::from_ref(k), from_doc, CANDIDATE_BATCH)?);
+                }
+                all.sort_unstable();
+                all.dedup();
+                all.truncate(CANDIDATE_BATCH);
+                Ok(all)
+            }
+        }
+    }
+}
+
+/// Where candidates for a run of rows come from.
+enum Source<'a> {
+    Tail(&'a Tail),
+    Sealed(u64, Arc<Sealed>),
+    /// Rows no postings cover yet (appended while this page started): all are candidates.
+    Uncovered,
+}
+
+/// Page state: budget, hits, the event cache and the matcher's scratch space.
+struct Page<'a> {
+    session: &'a Session,
+    inner: &'a Inner,
+    matcher: &'a Matcher,
+    limit: usize,
+    hits: Vec<SearchHit>,
+    rows_examined: u64,
+    bytes_examined: u64,
+    sequence: u64,
+    event: Option<Event>,
+    found: Vec<(usize, usize)>,
+}
+
+impl Page<'_> {
+    fn over_budget(&self) -> bool {
+        self.rows_examined > 0
+            && (self.rows_examined >= SEARCH_PAGE_ROWS_EXAMINED_MAX
+                || self.bytes_examined >= SEARCH_PAGE_BYTES_EXAMINED_MAX)
+    }
+
+    /// Verifies row `row` from searchable field `field`, byte `offset` on. Returns where to
+    /// resume when the page filled up inside the row.
+    fn verify(
+        &mut self,
+        row: u64,
+        field: u8,
+        offset: u64,
+    ) -> Result<Option<(u8, u64)>, EngineError> {
+        self.rows_examined += 1;
+        let entry = row_entry(self.session, self.inner, row)?;
+        if self.event.is_none() || self.sequence != entry.sequence {
+            self.event = Some(self.session.event_at(self.inner, entry.sequence)?);
+            self.sequence = entry.sequence;
+        }
+        let event = self.event.as_ref().expect("filled above");
+        let rows = rows_of(event);
+        let src = rows.get(entry.item as usize).ok_or_else(|| {
+            EngineError::corrupt(
+                self.session.dir().join("row.idx"),
+                format!(
+                    "row {row} names item {} of event {}, which has fewer rows",
+                    entry.item, entry.sequence
+                ),
+            )
+        })?;
+        let position = Position {
+            source_sequence: entry.sequence,
+            item_index: entry.item,
+        };
+        let searchable = src.fields.iter().filter(|(n, _)| is_searchable(n));
+        for (fi, (name, text)) in searchable.enumerate() {
+            let fi = fi as u8;
+            if fi < field || text.is_empty() {
+                continue;
+            }
+            self.bytes_examined += text.len() as u64;
+            self.found.clear();
+            // Resuming inside a field rescans it whole: the matches after `offset` depend on
+            // where the scan was (resume and whole-word rules), and the full scan is the truth.
+            self.matcher.find_all(text, &mut self.found);
+            for &(s, e) in &self.found {
+                if fi == field && (s as u64) < offset {
+                    continue;
+                }
+                self.hits.push(SearchHit {
+                    position,
+                    field: (*name).to_owned(),
+                    start: s as u64,
+                    end: e as u64,
+                });
+                if self.hits.len() == self.limit {
+                    return Ok(Some((fi, e as u64)));
+                }
+            }
+        }
+        Ok(None)
+    }
+}
+
+impl Session {
+    pub(crate) fn search(&self, p: &SearchParams) -> Result<SearchPage, EngineError> {
+        if p.query.is_empty() {
+            return Err(EngineError::invalid(
+                "query must not be empty; search needs at least one character",
+            ));
+        }
+        if p.query.len() > SEARCH_QUERY_BYTES_MAX {
+            return Err(EngineError::invalid(format!(
+                "query is {} bytes; at most {SEARCH_QUERY_BYTES_MAX} are allowed",
+                p.query.len()
+            )));
+        }
+        let limit = p.limit.unwrap_or(SEARCH_HITS_DEFAULT);
+        if limit == 0 || limit > SEARCH_HITS_MAX {
+            return Err(EngineError::invalid(format!(
+                "limit must be 1 to {SEARCH_HITS_MAX} hits, got {limit}"
+            )));
+        }
+        let case_sensitive = p.case_sensitive.unwrap_or(false);
+        let whole_word = p.whole_word.unwrap_or(false);
+        let tail_guard = self.search.ready(self)?;
+        let inner = self.read();
+        let through = fence(&inner, p.through)?;
+        let n = inner.rows_through(through);
+        let binding = Binding {
+            session_id: &self.id,
+            through,
+            query: &p.query,
+            case_sensitive,
+            whole_word,
+        };
+        let start = match &p.after {
+            None => SearchCursor {
+                row: 0,
+                field: 0,
+                offset: 0,
+            },
+            Some(text) => {
+                let c = SearchCursor::decode(text, &binding)?;
+                if c.row >= n {
+                    return Err(EngineError::invalid(format!(
+                        "search cursor names row {} but the fence {through} has {n} rows",
+                        c.row
+                    )));
+                }
+                c
+            }
+        };
+        let tail = tail_guard.as_ref().expect("ready() returns a loaded tail");
+        let matcher = Matcher::new(&p.query, case_sensitive, whole_word);
+        let mut page = Page {
+            session: self,
+            inner: &inner,
+            matcher: &matcher,
+            limit: limit as usize,
+            hits: Vec::new(),
+            rows_examined: 0,
+            bytes_examined: 0,
+            sequence: 0,
+            event: None,
+            found: Vec::new(),
+        };
+        let plan = Plan::new(&p.query, &matcher);
+        let resume = self.search_rows(&mut page, &plan, tail, start, n)?;
+        let next_after = resume.map(|c| c.encode(&binding));
+        Ok(SearchPage {
+            through,
+            hits: page.hits,
+            next_after,
+        })
+    }
+
+    /// The page loop: returns the cursor to resume at, or None when rows `< n` are done.
+    fn search_rows(
+        &self,
+        page: &mut Page<'_>,
+        plan: &Plan,
+        tail: &Tail,
+        start: SearchCursor,
+        n: u64,
+    ) -> Result<Option<SearchCursor>, EngineError> {
+        let (mut row, mut field, mut offset) = (start.row, start.field, start.offset);
+        let mut lookups = 0u64;
+        while row < n {
+            if lookups >= SEARCH_PAGE_LOOKUPS_MAX || page.over_budget() {
+                return Ok(Some(SearchCursor { row, field, offset }));
+            }
+            lookups += 1;
+            let source = if row >= tail.covered {
+                Source::Uncovered
+            } else if row >= tail.first_row {
+                Source::Tail(tail)
+            } else {
+                let seg = segment_of_row(self, page.inner, row)?;
+                Source::Sealed(seg, self.search.sealed(self, page.inner, seg, false)?)
+            };
+            let (first, end) = match &source {
+                Source::Tail(t) => (t.first_row, t.covered),
+                Source::Sealed(_, s) => (s.first_row, s.end_row),
+                Source::Uncovered => (tail.covered, n),
+            };
+            let end = end.min(n);
+            if row < first || row >= end {
+                return Err(EngineError::corrupt(
+                    self.dir().join(SEARCH_DIR),
+                    format!("row {row} is outside its postings range {first}..{end}"),
+                ));
+            }
+            let from_doc = u32::try_from(row - first).expect("a segment's rows fit in u32");
+            let docs = match &source {
+                Source::Tail(t) => plan.candidates(from_doc, |k, f, l| {
+                    Ok::<_, EngineError>(t.builder.candidates(k, f, l))
+                })?,
+                Source::Sealed(seg, s) => {
+                    match plan.candidates(from_doc, |k, f, l| s.candidates(k, f, l)) {
+                        Ok(d) => d,
+                        // A damaged file: rebuild it from the log and ask again.
+                        Err(_) => {
+                            let s = self.search.sealed(self, page.inner, *seg, true)?;
+                            plan.candidates(from_doc, |k, f, l| s.candidates(k, f, l))?
+                        }
+                    }
+                }
+                Source::Uncovered => {
+                    let to = (row + CANDIDATE_BATCH as u64).min(end);
+                    (from_doc..u32::try_from(to - first).expect("batch fits")).collect()
+                }
+            };
+            let batch_full = docs.len() == CANDIDATE_BATCH;
+            let mut reached_end = !batch_full;
+            for d in docs {
+                let r = first + u64::from(d);
+                if r >= end {
+                    reached_end = true;
+                    break;
+                }
+                if r != row {
+                    (row, field, offset) = (r, 0, 0);
+                }
+                if page.over_budget() {
+                    return Ok(Some(SearchCursor { row, field, offset }));
+                }
+                if let Some((f, o)) = page.verify(row, field, offset)? {
+                    return Ok(Some(SearchCursor {
+                        row,
+                        field: f,
+                        offset: o,
+                    }));
+                }
+                (row, field, offset) = (row + 1, 0, 0);
+            }
+            if reached_end && row < end {
+                (row, field, offset) = (end, 0, 0);
+            }
+        }
+        Ok(None)
+    }
+}

@@ -1,0 +1,454 @@
+//! The search index of one Session: row-level trigram postings per log segment.
+//!
+//! - Doc ids are row ordinals relative to the first row of the segment that holds the row's
+//!   event (`doc = row - first_row(segment)`), so they fit in u32 whatever the Session's size.
+//! - A segment is *finished* once the log has moved past it (`log.end().segment` or a later
+//!   append's Location is in a higher segment); its records never change again. Each finished
+//!   segment that publishes rows gets `search/seg-<segment>-row-<first row>.v<layout>.post` (numbers as 16 hex digits,
+//!   layout = [`SEARCH_LAYOUT_VERSION`]), a
+//!   [`PostingsFile`] over the simply folded text of the rows' searchable fields (each field
+//!   between two [`FIELD_EDGE`] bytes), one doc per
+//!   row (a doc is added even when all its fields are empty, so the file's doc count equals the
+//!   segment's row count: a file whose count differs is stale and rebuilt).
+//! - The active (unsealed) segment's rows live in an in-memory [`PostingsBuilder`], updated by
+//!   every append and rebuilt on first use after open by reading the active segment's events.
+//!   When an append lands in a newer segment the builder is written out as that segment's file.
+//! - Everything here is derived: a missing, foreign, stale (format or Unicode version) or
+//!   damaged file is rebuilt from the log when a search needs it; if it cannot be written the
+//!   postings are kept in memory for the life of the process.
+//! - The text itself is never copied: candidates are verified on the events read from the log.
+//!
+//! Lock order: `tail` (RwLock) before the Session's `inner`, before `sealed` (Mutex).
+
+use crate::error::EngineError;
+use crate::event::{rows_of, Event};
+use crate::session::{Inner, Session};
+use logbook_index::{fold_into, PostingsBuilder, PostingsFile};
+use logbook_log::Location;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
+
+/// Directory (inside the Session directory) of the postings files.
+pub const SEARCH_DIR: &str = "search";
+
+/// Version of what the engine puts into postings files (which fields, folding, field edges);
+/// part of the file name, so files of another layout are never read.
+pub const SEARCH_LAYOUT_VERSION: u32 = 1;
+
+/// True for the fields search looks into.
+pub(crate) fn is_searchable(field: &str) -> bool {
+    matches!(field, "body" | "thinking" | "arguments")
+}
+
+/// Postings of one finished segment.
+pub(crate) enum SealedPostings {
+    File(PostingsFile),
+    /// Built but not written (the write failed): kept for this process only.
+    Memory(PostingsBuilder),
+}
+
+/// One finished segment's rows `[first_row, end_row)` and their postings.
+pub(crate) struct Sealed {
+    pub first_row: u64,
+    pub end_row: u64,
+    pub postings: SealedPostings,
+}
+
+impl Sealed {
+    pub(crate) fn candidates(
+        &self,
+        trigrams: &[u32],
+        from_doc: u32,
+        limit: usize,
+    ) -> Result<Vec<u32>, logbook_index::IndexError> {
+        match &self.postings {
+            SealedPostings::File(f) => f.candidates(trigrams, from_doc, limit),
+            SealedPostings::Memory(b) => Ok(b.candidates(trigrams, from_doc, limit)),
+        }
+    }
+}
+
+/// The active segment's postings.
+pub(crate) struct Tail {
+    /// The log segment the builder covers.
+    pub segment: u64,
+    /// First row of that segment.
+    pub first_row: u64,
+    /// Rows `[0, covered)` are indexed (the ones before `first_row` by finished segments).
+    pub covered: u64,
+    pub builder: PostingsBuilder,
+}
+
+pub(crate) struct SearchIndex {
+    dir: PathBuf,
+    tail: RwLock<Option<Tail>>,
+    sealed: Mutex<HashMap<u64, Arc<Sealed>>>,
+}
+
+/// Reads events for index building, remembering the last one (a completion has many rows).
+struct Reader<'a> {
+    session: &'a Session,
+    sequence: u64,
+    event: Option<Event>,
+    fold: FoldBuf,
+}
+
+impl<'a> Reader<'a> {
+    fn new(session: &'a Session) -> Self {
+        Reader {
+            session,
+            sequence: 0,
+            event: None,
+            fold: FoldBuf::default(),
+        }
+    }
+
+    /// Adds row `row` (ordinal) to `builder` as doc `doc`.
+    fn add_row(
+        &mut self,
+        inner: &Inner,
+        row: u64,
+        doc: u32,
+        builder: &mut PostingsBuilder,
+    ) -> Result<(), EngineError> {
+        let entry = row_entry(self.session, inner, row)?;
+        if self.event.is_none() || self.sequence != entry.sequence {
+            self.event = Some(self.session.event_at(inner, entry.sequence)?);
+            self.sequence = entry.sequence;
+        }
+        let event = self.event.as_ref().expect("filled above");
+        let rows = rows_of(event);
+        let src = rows.get(entry.item as usize).ok_or_else(|| {
+            EngineError::corrupt(
+                self.session.dir().join("row.idx"),
+                format!(
+                    "row {row} names item {} of event {}, which has fewer rows",
+                    entry.item, entry.sequence
+                ),
+            )
+        })?;
+        add_fields(
+            builder,
+            doc,
+            src.fields.iter().map(|(n, t)| (*n, *t)),
+            &mut self.fold,
+        );
+        Ok(())
+    }
+}
+
+/// Byte put before and after each field's folded text when it is indexed. Never part of
+/// UTF-8, so it matches nothing real; it gives every 1- and 2-byte run of a field a trigram
+/// (`FIELD_EDGE b1 b2`, `b1 b2 FIELD_EDGE`, ...), which lets 2-byte queries use the postings.
+pub(crate) const FIELD_EDGE: u8 = 0xFF;
+
+/// Scratch space for folding a field.
+#[derive(Default)]
+pub(crate) struct FoldBuf {
+    text: String,
+    bytes: Vec<u8>,
+}
+
+/// Adds the searchable fields of one row; at least one `add` per row so every row is a doc.
+fn add_fields<'t>(
+    builder: &mut PostingsBuilder,
+    doc: u32,
+    fields: impl Iterator<Item = (&'static str, &'t str)>,
+    fold: &mut FoldBuf,
+) {
+    let mut added = false;
+    for (name, text) in fields {
+        if !is_searchable(name) {
+            continue;
+        }
+        fold.text.clear();
+        fold_into(text, &mut fold.text);
+        fold.bytes.clear();
+        fold.bytes.push(FIELD_EDGE);
+        fold.bytes.extend_from_slice(fold.text.as_bytes());
+        fold.bytes.push(FIELD_EDGE);
+        builder.add(doc, &fold.bytes);
+        added = true;
+    }
+    if !added {
+        builder.add(doc, b"");
+    }
+}
+
+pub(crate) fn row_entry(
+    session: &Session,
+    inner: &Inner,
+    row: u64,
+) -> Result<crate::session::RowEntry, EngineError> {
+    inner.row(row).ok_or_else(|| {
+        EngineError::corrupt(
+            session.dir().join("row.idx"),
+            format!("row entry {row} is unreadable"),
+        )
+    })
+}
+
+/// The log segment holding the event of row `row`.
+pub(crate) fn segment_of_row(
+    session: &Session,
+    inner: &Inner,
+    row: u64,
+) -> Result<u64, EngineError> {
+    let e = row_entry(session, inner, row)?;
+    inner
+        .location(e.sequence)
+        .map(|l| l.segment)
+        .ok_or_else(|| {
+            EngineError::corrupt(
+                session.dir().join("seq.idx"),
+                format!("no location for event {}", e.sequence),
+            )
+        })
+}
+
+/// First row whose event lives in a segment `>= segment`.
+fn first_row_of_segment(inner: &Inner, segment: u64) -> u64 {
+    inner.rows.partition_point(|e| {
+        let (seq, _) = crate::session::RowEntry::key(e);
+        inner
+            .location(seq)
+            .is_some_and(|l: Location| l.segment < segment)
+    })
+}
+
+fn doc_of(row: u64, first_row: u64) -> Result<u32, EngineError> {
+    u32::try_from(row - first_row).map_err(|_| {
+        EngineError::invalid(format!(
+            "segment holds more than {} rows; lower the segment size",
+            u32::MAX
+        ))
+    })
+}
+
+impl SearchIndex {
+    pub(crate) fn new(session_dir: &Path) -> Self {
+        SearchIndex {
+            dir: session_dir.join(SEARCH_DIR),
+            tail: RwLock::new(None),
+            sealed: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Path of the postings file of `segment`, whose first row is `first_row`: the name binds
+    /// both, so a file can only ever be taken for the segment and rows it was built from.
+    pub(crate) fn file_path(&self, segment: u64, first_row: u64) -> PathBuf {
+        self.dir.join(format!(
+            "seg-{segment:016x}-row-{first_row:016x}.v{SEARCH_LAYOUT_VERSION}.post"
+        ))
+    }
+
+    fn sealed_map(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Sealed>>> {
+        self.sealed.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The tail, loaded and caught up with every row `inner` held at some instant during the
+    /// call. Rows appended after that are not covered; the caller scans them directly.
+    pub(crate) fn ready(
+        &self,
+        session: &Session,
+    ) -> Result<RwLockReadGuard<'_, Option<Tail>>, EngineError> {
+        {
+            let guard = self.tail.read().unwrap_or_else(|p| p.into_inner());
+            let rows = session.read().rows.len();
+            if guard.as_ref().is_some_and(|t| t.covered >= rows) {
+                return Ok(guard);
+            }
+        }
+        {
+            let mut guard = self.tail.write().unwrap_or_else(|p| p.into_inner());
+            let inner = session.read();
+            let r = match guard.as_mut() {
+                Some(t) => self.catch_up(session, &inner, t),
+                None => self.load(session, &inner).map(|t| {
+                    *guard = Some(t);
+                }),
+            };
+            if r.is_err() {
+                *guard = None;
+            }
+            r?;
+        }
+        Ok(self.tail.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Builds the tail from the active segment's rows.
+    fn load(&self, session: &Session, inner: &Inner) -> Result<Tail, EngineError> {
+        let total = inner.rows.len();
+        let mut segment = session.log().end().segment;
+        if total > 0 {
+            segment = segment.max(segment_of_row(session, inner, total - 1)?);
+        }
+        let first_row = first_row_of_segment(inner, segment);
+        let mut tail = Tail {
+            segment,
+            first_row,
+            covered: first_row,
+            builder: PostingsBuilder::new(),
+        };
+        self.catch_up(session, inner, &mut tail)?;
+        Ok(tail)
+    }
+
+    /// Indexes rows `[tail.covered, inner.rows.len())`, reading their events from the log.
+    fn catch_up(
+        &self,
+        session: &Session,
+        inner: &Inner,
+        tail: &mut Tail,
+    ) -> Result<(), EngineError> {
+        let total = inner.rows.len();
+        let mut reader = Reader::new(session);
+        while tail.covered < total {
+            let row = tail.covered;
+            let seg = segment_of_row(session, inner, row)?;
+            if seg > tail.segment {
+                self.roll(tail, seg);
+            }
+            let doc = doc_of(row, tail.first_row)?;
+            reader.add_row(inner, row, doc, &mut tail.builder)?;
+            tail.covered += 1;
+        }
+        Ok(())
+    }
+
+    /// The tail's segment is finished: write its postings and start `segment`'s.
+    fn roll(&self, tail: &mut Tail, segment: u64) {
+        let builder = std::mem::take(&mut tail.builder);
+        if builder.doc_count() > 0 {
+            let sealed = Sealed {
+                first_row: tail.first_row,
+                end_row: tail.covered,
+                postings: self.persist(tail.segment, tail.first_row, builder),
+            };
+            self.sealed_map().insert(tail.segment, Arc::new(sealed));
+        }
+        tail.segment = segment;
+        tail.first_row = tail.covered;
+    }
+
+    /// Writes `builder` as `segment`'s file and maps it; on failure keeps it in memory.
+    fn persist(&self, segment: u64, first_row: u64, builder: PostingsBuilder) -> SealedPostings {
+        let path = self.file_path(segment, first_row);
+        let written = std::fs::create_dir_all(&self.dir)
+            .map_err(|e| EngineError::io(&self.dir, "create directory", e))
+            .and_then(|_| builder.write(&path).map_err(EngineError::from))
+            .and_then(|_| PostingsFile::open(&path).map_err(EngineError::from));
+        match written {
+            Ok(f) => SealedPostings::File(f),
+            // Derived data: serve from memory now, rebuild after the next open.
+            Err(_) => SealedPostings::Memory(builder),
+        }
+    }
+
+    /// Called after an append's events are in the log and in `inner` (rows from `first_row`).
+    /// Never fails the append: on trouble the tail is dropped and rebuilt on next use.
+    pub(crate) fn appended(
+        &self,
+        session: &Session,
+        first_row: u64,
+        events: &[&Event],
+        locs: &[Location],
+    ) {
+        let mut guard = self.tail.write().unwrap_or_else(|p| p.into_inner());
+        let r = match guard.as_mut() {
+            Some(t) if t.covered == first_row => {
+                let mut fold = FoldBuf::default();
+                let mut row = first_row;
+                let mut r = Ok(());
+                for (event, loc) in events.iter().zip(locs) {
+                    for src in rows_of(event) {
+                        if loc.segment > t.segment {
+                            self.roll(t, loc.segment);
+                        }
+                        match doc_of(row, t.first_row) {
+                            Ok(doc) => add_fields(
+                                &mut t.builder,
+                                doc,
+                                src.fields.iter().map(|(n, s)| (*n, *s)),
+                                &mut fold,
+                            ),
+                            Err(e) => {
+                                r = Err(e);
+                                break;
+                            }
+                        }
+                        row += 1;
+                        t.covered = row;
+                    }
+                }
+                r
+            }
+            Some(t) => {
+                let inner = session.read();
+                self.catch_up(session, &inner, t)
+            }
+            None => {
+                let inner = session.read();
+                self.load(session, &inner).map(|t| *guard = Some(t))
+            }
+        };
+        if r.is_err() {
+            *guard = None;
+        }
+    }
+
+    /// The postings of finished segment `segment`, opened (or rebuilt) on first use.
+    /// `rebuild` forces a rebuild (a lookup found the file damaged).
+    pub(crate) fn sealed(
+        &self,
+        session: &Session,
+        inner: &Inner,
+        segment: u64,
+        rebuild: bool,
+    ) -> Result<Arc<Sealed>, EngineError> {
+        let mut map = self.sealed_map();
+        if !rebuild {
+            if let Some(s) = map.get(&segment) {
+                return Ok(Arc::clone(s));
+            }
+        }
+        let first_row = first_row_of_segment(inner, segment);
+        let end_row = first_row_of_segment(inner, segment + 1);
+        let rows = end_row - first_row;
+        let path = self.file_path(segment, first_row);
+        let opened = if rebuild {
+            None
+        } else {
+            PostingsFile::open(&path)
+                .ok()
+                .filter(|f| file_matches(f, rows))
+        };
+        let postings = match opened {
+            Some(f) => SealedPostings::File(f),
+            None => {
+                let mut builder = PostingsBuilder::new();
+                let mut reader = Reader::new(session);
+                for row in first_row..end_row {
+                    reader.add_row(inner, row, doc_of(row, first_row)?, &mut builder)?;
+                }
+                self.persist(segment, first_row, builder)
+            }
+        };
+        let s = Arc::new(Sealed {
+            first_row,
+            end_row,
+            postings,
+        });
+        map.insert(segment, Arc::clone(&s));
+        Ok(s)
+    }
+}
+
+/// True when the file holds exactly docs `0..rows` (one per row of the segment).
+fn file_matches(f: &PostingsFile, rows: u64) -> bool {
+    match f.candidates(&[], 0, usize::MAX) {
+        Ok(all) => all.len() as u64 == rows && all.last().is_none_or(|&d| u64::from(d) + 1 == rows),
+        Err(_) => false,
+    }
+}

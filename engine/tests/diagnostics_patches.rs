@@ -1,0 +1,407 @@
+//! recordDiagnostic / diagnostics / watchDiagnostics, and stored patches (store / read).
+mod common;
+use common::*;
+use logbook_engine::*;
+use std::time::{Duration, Instant};
+
+fn cause(code: &str) -> DiagnosticCause {
+    DiagnosticCause {
+        code: code.into(),
+        message: format!("{code} happened"),
+    }
+}
+
+fn record(
+    root: &Root,
+    sid: &str,
+    op: &str,
+    inv: &str,
+    code: &str,
+) -> Result<RecordDiagnosticResult, EngineError> {
+    root.record_diagnostic(RecordDiagnosticParams {
+        session_id: sid.into(),
+        operation: op.into(),
+        kind: DiagnosticKind::ModelStep,
+        invocation: inv.into(),
+        cause: cause(code),
+    })
+}
+
+fn page(
+    root: &Root,
+    sid: &str,
+    through: Option<u64>,
+    after: Option<String>,
+    limit: u32,
+) -> DiagnosticsPage {
+    root.diagnostics(DiagnosticsParams {
+        session_id: sid.into(),
+        through,
+        after,
+        limit: Some(limit),
+    })
+    .expect("diagnostics")
+}
+
+fn send(root: &Root, sid: &str, op: &str) -> SendResult {
+    root.send(SendParams {
+        session_id: sid.into(),
+        operation: op.into(),
+        text: "q".into(),
+        attachments: vec![],
+    })
+    .expect("send")
+}
+
+#[test]
+fn diagnostics_pages_receipts_restart_and_forks() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("r");
+    let inv;
+    {
+        let root = root_at(&dir);
+        let sid = create(&root, "s");
+        assert_eq!(page(&root, &sid, None, None, 10).through, 0);
+        let t = send(&root, &sid, "send-1");
+        inv = t.invocation.clone();
+        let before = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_millis() as u64;
+        for i in 1..=7u64 {
+            let r =
+                record(&root, &sid, &format!("d{i}"), &inv, &format!("code.{i}")).expect("record");
+            assert_eq!(r.revision, i);
+        }
+        // Repeats return the first result; other parameters conflict; history is untouched.
+        let again = record(&root, &sid, "d3", &inv, "code.3").expect("repeat");
+        assert_eq!(again.revision, 3);
+        let e = record(&root, &sid, "d3", &inv, "other").expect_err("other params");
+        assert_eq!(e.kind(), ErrorKind::Conflict);
+        let e = record(&root, &sid, "send-1", &inv, "x").expect_err("op used by send");
+        assert_eq!(e.kind(), ErrorKind::Conflict);
+        assert_eq!(
+            root.revision(&sid).expect("rev"),
+            2,
+            "diagnostics are not history"
+        );
+        let e = record(&root, &sid, "d-unknown", "no-such-inv", "x").expect_err("unknown inv");
+        assert_eq!(e.kind(), ErrorKind::NotFound);
+        let bad = root
+            .record_diagnostic(RecordDiagnosticParams {
+                session_id: sid.clone(),
+                operation: "d-bad".into(),
+                kind: DiagnosticKind::Title,
+                invocation: inv.clone(),
+                cause: DiagnosticCause {
+                    code: "has space".into(),
+                    message: String::new(),
+                },
+            })
+            .expect_err("bad code");
+        assert_eq!(bad.kind(), ErrorKind::InvalidArgument);
+        // Newest first, in pages of 3 under a pinned fence, while more arrive.
+        let first = page(&root, &sid, None, None, 3);
+        assert_eq!(first.through, 7);
+        record(&root, &sid, "d8", &inv, "code.8").expect("late");
+        let mut seen: Vec<u64> = Vec::new();
+        let mut p = first;
+        loop {
+            for d in &p.diagnostics {
+                seen.push(d.id.trim_start_matches("diag-").parse().expect("id"));
+                assert_eq!(d.sequence, 2);
+                assert_eq!(d.invocation, inv);
+                assert_eq!(d.kind, DiagnosticKind::ModelStep);
+                assert!(
+                    d.at >= before && d.at < before + 60_000,
+                    "at is ms since the epoch"
+                );
+            }
+            match p.next_after.clone() {
+                None => break,
+                a => p = page(&root, &sid, Some(7), a, 3),
+            }
+        }
+        assert_eq!(seen, vec![7, 6, 5, 4, 3, 2, 1]);
+        assert_eq!(seen.len(), 7);
+        let newest = page(&root, &sid, None, None, 1);
+        assert_eq!(newest.diagnostics[0].cause, cause("code.8"));
+        // A cursor of another fence is refused.
+        let c = page(&root, &sid, Some(7), None, 2)
+            .next_after
+            .expect("more");
+        let e = root
+            .diagnostics(DiagnosticsParams {
+                session_id: sid.clone(),
+                through: Some(8),
+                after: Some(c),
+                limit: Some(2),
+            })
+            .expect_err("foreign cursor");
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+        // A fork starts with no diagnostics.
+        let rev = root.revision(&sid).expect("rev");
+        root.append(AppendParams {
+            session_id: sid.clone(),
+            operation: "settle".into(),
+            events: events(&format!(
+                r#"[{{"kind":"turnSettled","invocation":"{inv}","outcome":"failed"}}]"#
+            )),
+        })
+        .expect("settle");
+        let f = root
+            .fork(ForkParams {
+                session_id: sid.clone(),
+                operation: "fork".into(),
+                from: ForkFrom::All,
+                revision: rev + 1,
+            })
+            .expect("fork");
+        let fp = page(&root, &f.session_id, None, None, 10);
+        assert_eq!((fp.through, fp.diagnostics.len()), (0, 0));
+    }
+    let root = root_at(&dir);
+    let p = page(&root, "s", None, None, 100);
+    assert_eq!(p.through, 8);
+    assert_eq!(p.diagnostics.len(), 8);
+    assert_eq!(
+        record(&root, "s", "d5", &inv, "code.5")
+            .expect("repeat")
+            .revision,
+        5
+    );
+    assert_eq!(
+        record(&root, "s", "d9", &inv, "code.9")
+            .expect("new")
+            .revision,
+        9
+    );
+}
+
+#[test]
+fn watch_diagnostics_blocks_wakes_and_times_out() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let root = root_at(&tmp.path().join("r"));
+    let sid = create(&root, "s");
+    let inv = send(&root, &sid, "send").invocation;
+    let w = |after: u64, ms: u64| {
+        root.watch_diagnostics(WatchDiagnosticsParams {
+            session_id: sid.clone(),
+            after: Some(after),
+            timeout_ms: Some(ms),
+        })
+        .expect("watch")
+        .revision
+    };
+    let t = Instant::now();
+    assert_eq!(w(0, 100), 0, "timeout returns the current revision");
+    assert!(t.elapsed() >= Duration::from_millis(90));
+    record(&root, &sid, "d1", &inv, "a").expect("record");
+    let t = Instant::now();
+    assert_eq!(w(0, 10_000), 1, "already past: at once");
+    assert!(t.elapsed() < Duration::from_millis(1000));
+    std::thread::scope(|s| {
+        let h = s.spawn(|| {
+            let t = Instant::now();
+            (w(1, 10_000), t.elapsed())
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        record(&root, &sid, "d2", &inv, "b").expect("record");
+        let (rev, took) = h.join().expect("join");
+        assert_eq!(rev, 2);
+        assert!(
+            took < Duration::from_secs(5),
+            "woken by the record, not the timeout"
+        );
+    });
+    let e = root
+        .watch_diagnostics(WatchDiagnosticsParams {
+            session_id: "nope".into(),
+            after: None,
+            timeout_ms: None,
+        })
+        .expect_err("unknown session");
+    assert_eq!(e.kind(), ErrorKind::NotFound);
+}
+
+fn read_all(root: &Root, sid: &str, id: &str, limit: u64) -> (String, usize) {
+    let mut text = String::new();
+    let mut after = None;
+    let mut pages = 0;
+    loop {
+        let p = root
+            .read_patch(ReadPatchParams {
+                session_id: sid.into(),
+                patch_id: id.into(),
+                after,
+                limit: Some(limit),
+            })
+            .expect("read patch");
+        pages += 1;
+        text.push_str(&p.text);
+        match p.next_after {
+            None => return (text, pages),
+            Some(n) => {
+                assert_eq!(
+                    n as usize,
+                    text.len(),
+                    "offsets are byte offsets of the original"
+                );
+                after = Some(n);
+            }
+        }
+    }
+}
+
+#[test]
+fn patches_store_once_read_in_chunks_and_survive_restart() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("r");
+    let patch = format!(
+        "diff --git a/é.txt b/é.txt\n--- a/é.txt\n+++ b/é.txt\n@@ -1 +1 @@\n-{}\n+{}😀\n",
+        "ü".repeat(300),
+        "日本".repeat(200)
+    );
+    let info;
+    {
+        let root = root_at(&dir);
+        let sid = create(&root, "s");
+        assert_eq!(root.patch_receipt(&sid, "snap").expect("receipt"), None);
+        info = root
+            .store_patch(&sid, "snap", patch.clone().into_bytes())
+            .expect("store");
+        assert_eq!(info.bytes, patch.len() as u64);
+        assert_eq!(info.digest, validate::sha256_digest(patch.as_bytes()));
+        // The parameters are only the Session and operation: a repeat returns the first capture.
+        let again = root
+            .store_patch(&sid, "snap", b"different".to_vec())
+            .expect("repeat");
+        assert_eq!(again, info);
+        assert_eq!(
+            root.patch_receipt(&sid, "snap").expect("receipt"),
+            Some(info.clone())
+        );
+        assert_eq!(
+            root.revision(&sid).expect("rev"),
+            1,
+            "a patch writes no event"
+        );
+        for limit in [1, 2, 3, 5, 64, 65_536] {
+            let (text, pages) = read_all(&root, &sid, &info.patch_id, limit);
+            assert_eq!(text, patch, "limit {limit}");
+            assert!(pages <= patch.len(), "every chunk advances");
+        }
+        let e = root
+            .read_patch(ReadPatchParams {
+                session_id: sid.clone(),
+                patch_id: info.patch_id.clone(),
+                after: Some(14), // inside the first "é" (bytes 13..15)
+                limit: None,
+            })
+            .expect_err("mid-character offset");
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+        for (pid, kind) in [
+            ("patch-".to_string() + &"0".repeat(64), ErrorKind::NotFound),
+            ("nonsense".to_string(), ErrorKind::NotFound),
+        ] {
+            let e = root
+                .read_patch(ReadPatchParams {
+                    session_id: sid.clone(),
+                    patch_id: pid,
+                    after: None,
+                    limit: None,
+                })
+                .expect_err("unknown patch");
+            assert_eq!(e.kind(), kind);
+        }
+        let e = root
+            .read_patch(ReadPatchParams {
+                session_id: sid.clone(),
+                patch_id: info.patch_id.clone(),
+                after: None,
+                limit: Some(READ_PATCH_LIMIT_TOO_BIG),
+            })
+            .expect_err("limit");
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument);
+        // The operation is taken for other mutations of the Session.
+        let e = root
+            .send(SendParams {
+                session_id: sid.clone(),
+                operation: "snap".into(),
+                text: "x".into(),
+                attachments: vec![],
+            })
+            .expect_err("reused op");
+        assert_eq!(e.kind(), ErrorKind::Conflict);
+        // Not UTF-8: bytes and digest describe the stored bytes; text is lossy, offsets exact.
+        let raw = vec![b'a', 0xFF, b'b', 0xC3, 0xA9, b'c'];
+        let bin = root
+            .store_patch(&sid, "snap-bin", raw.clone())
+            .expect("store bin");
+        assert_eq!(bin.bytes, 6);
+        let (text, _) = read_all_lossy(&root, &sid, &bin.patch_id);
+        assert_eq!(text, "a\u{FFFD}béc");
+    }
+    let root = root_at(&dir);
+    let (text, _) = read_all(&root, "s", &info.patch_id, 7);
+    assert_eq!(text, patch, "the same bytes after a restart");
+    assert_eq!(
+        root.store_patch("s", "snap", b"changed".to_vec())
+            .expect("repeat"),
+        info
+    );
+    // A foreign or newer patch file is refused by name.
+    let hex = info.patch_id.trim_start_matches("patch-");
+    let path = dir.join("patches").join(&hex[..2]).join(&hex[2..]);
+    let mut bytes = std::fs::read(&path).expect("read");
+    bytes[8] = 9;
+    std::fs::write(&path, &bytes).expect("write");
+    let e = root
+        .read_patch(ReadPatchParams {
+            session_id: "s".into(),
+            patch_id: info.patch_id.clone(),
+            after: None,
+            limit: None,
+        })
+        .expect_err("newer version");
+    assert_eq!(e.kind(), ErrorKind::UnsupportedFormat);
+    bytes[0] = b'X';
+    std::fs::write(&path, &bytes).expect("write");
+    let e = root
+        .read_patch(ReadPatchParams {
+            session_id: "s".into(),
+            patch_id: info.patch_id,
+            after: None,
+            limit: None,
+        })
+        .expect_err("foreign");
+    assert_eq!(e.kind(), ErrorKind::Corrupt);
+}
+
+const READ_PATCH_LIMIT_TOO_BIG: u64 = (1 << 20) + 1;
+
+fn read_all_lossy(root: &Root, sid: &str, id: &str) -> (String, usize) {
+    read_all_unchecked(root, sid, id, 2)
+}
+
+fn read_all_unchecked(root: &Root, sid: &str, id: &str, limit: u64) -> (String, usize) {
+    let mut text = String::new();
+    let mut after = None;
+    let mut pages = 0;
+    loop {
+        let p = root
+            .read_patch(ReadPatchParams {
+                session_id: sid.into(),
+                patch_id: id.into(),
+                after,
+                limit: Some(limit),
+            })
+            .expect("read patch");
+        pages += 1;
+        text.push_str(&p.text);
+        match p.next_after {
+            None => return (text, pages),
+            n => after = n,
+        }
+    }
+}
