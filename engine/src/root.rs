@@ -960,6 +960,11 @@ impl Shared {
     fn flush_loop(&self) {
         let mut stop = lock(&self.stop);
         loop {
+            // A stop asked for while this thread was starting or syncing must not wait out a
+            // whole interval: closing a Root would take up to `index_sync_interval`.
+            if *stop {
+                break;
+            }
             stop = self
                 .stop_signal
                 .wait_timeout(stop, self.options.index_sync_interval)
