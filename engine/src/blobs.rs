@@ -7,15 +7,20 @@
 
 use crate::error::EngineError;
 use crate::validate::{is_digest, sha256_digest};
+use std::collections::HashSet;
 use std::io::{Read as _, Seek as _, SeekFrom};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 #[derive(Debug)]
 pub(crate) struct BlobStore {
     dir: PathBuf,
     tmp: PathBuf,
     counter: AtomicU64,
+    /// Digests whose file was read whole and hashed to its name in this process: a damaged
+    /// blob is never served, and each blob is hashed once rather than on every range read.
+    verified: Mutex<HashSet<String>>,
 }
 
 impl BlobStore {
@@ -24,6 +29,7 @@ impl BlobStore {
             dir: root.join("blobs"),
             tmp: root.join("tmp"),
             counter: AtomicU64::new(0),
+            verified: Mutex::new(HashSet::new()),
         }
     }
 
@@ -77,6 +83,7 @@ impl BlobStore {
         out: &mut Vec<u8>,
     ) -> Result<(), EngineError> {
         let path = self.path_of(digest)?;
+        self.check(digest, &path)?;
         let mut f = std::fs::File::open(&path).map_err(|e| EngineError::io(&path, "open", e))?;
         f.seek(SeekFrom::Start(offset))
             .map_err(|e| EngineError::io(&path, "seek", e))?;
@@ -90,6 +97,25 @@ impl BlobStore {
                 format!("blob is shorter than its recorded size (wanted {len} bytes at {offset})"),
             ));
         }
+        Ok(())
+    }
+
+    /// Hashes a blob once per process and refuses it as `corrupt` when its bytes are not the
+    /// ones its name promises.
+    fn check(&self, digest: &str, path: &Path) -> Result<(), EngineError> {
+        let mut verified = self.verified.lock().unwrap_or_else(|p| p.into_inner());
+        if verified.contains(digest) {
+            return Ok(());
+        }
+        let bytes = std::fs::read(path).map_err(|e| EngineError::io(path, "read", e))?;
+        let actual = sha256_digest(&bytes);
+        if actual != digest {
+            return Err(EngineError::corrupt(
+                path,
+                format!("blob bytes hash to {actual}, not to the name {digest}; the attachment is damaged"),
+            ));
+        }
+        verified.insert(digest.to_owned());
         Ok(())
     }
 

@@ -260,6 +260,9 @@ pub(crate) struct Session {
     revision: Mutex<u64>,
     appended: Condvar,
     dirty: AtomicBool,
+    /// Set when a derived index was found damaged: no checkpoint is written any more in this
+    /// process, so the next open rebuilds every index from the log.
+    damaged: AtomicBool,
     cache: Mutex<EventCache>,
     /// Trigram postings for search, loaded on first use (see [`crate::search`]).
     pub(crate) search: SearchIndex,
@@ -318,14 +321,14 @@ impl Session {
         let (rows, f2) = open_index(&dir.join("row.idx"), ROW_TAG, ROW_ENTRY_BYTES)?;
         let (receipts, f3) =
             open_index(&dir.join("receipt.idx"), RECEIPT_TAG, RECEIPT_ENTRY_BYTES)?;
-        let state = State::load(&dir.join("state.ckpt")).unwrap_or_default();
+        let (state, cover) = State::load_covering(&dir.join("state.ckpt")).unwrap_or_default();
         let mut inner = Inner {
             seq,
             rows,
             receipts,
             state,
         };
-        let start = Self::resume_point(&log, &mut inner, f1 || f2 || f3)?;
+        let start = Self::resume_point(&log, &mut inner, f1 || f2 || f3, cover)?;
         let session = Session {
             id: id.to_owned(),
             dir: dir.to_owned(),
@@ -335,6 +338,7 @@ impl Session {
             revision: Mutex::new(0),
             appended: Condvar::new(),
             dirty: AtomicBool::new(false),
+            damaged: AtomicBool::new(false),
             cache: Mutex::new(EventCache::default()),
             search: SearchIndex::new(dir),
         };
@@ -356,11 +360,14 @@ impl Session {
         log: &Log,
         inner: &mut Inner,
         fresh_index: bool,
+        cover: crate::state::Coverage,
     ) -> Result<Option<Location>, EngineError> {
         let c = inner.state.revision;
         let trusted = c > 0
             && !fresh_index
             && inner.seq.len() >= c
+            && inner.rows.len() >= cover.rows
+            && inner.receipts.len() >= cover.receipts
             && inner
                 .location(c)
                 .is_some_and(|loc| loc < log.end() && Self::is_event_at(log, loc, c));
@@ -491,24 +498,35 @@ impl Session {
         let loc = inner.location(sequence).ok_or_else(|| {
             EngineError::not_found(format!("event {sequence} of Session {}", self.id))
         })?;
-        let record = self.log.read(loc)?;
+        let record = self
+            .log
+            .read(loc)
+            .map_err(|e| self.damaged_index(sequence, loc, &e.to_string()))?;
         if record.kind != records::KIND_EVENT {
-            return Err(EngineError::corrupt(
-                self.log.dir(),
-                format!("record at {loc:?} is not an event"),
-            ));
+            return Err(self.damaged_index(sequence, loc, "the record there is not an event"));
         }
         let er: EventRecord = records::decode(self.log.dir(), "an event record", &record.payload)?;
         if er.sequence != sequence {
-            return Err(EngineError::corrupt(
-                self.log.dir(),
-                format!(
-                    "record at {loc:?} holds event {} where {sequence} was expected",
-                    er.sequence
-                ),
-            ));
+            let why = format!("the record there holds event {}", er.sequence);
+            return Err(self.damaged_index(sequence, loc, &why));
         }
         Ok((er.event, record.payload.len()))
+    }
+
+    /// The sequence index named a location that does not hold the event: the index (derived)
+    /// is damaged. Drops the checkpoint so the next open rebuilds every index from the log,
+    /// and reports `corrupt` naming the index, so the client is not told its request was wrong.
+    fn damaged_index(&self, sequence: u64, loc: Location, why: &str) -> EngineError {
+        let index = self.dir.join("seq.idx");
+        self.damaged.store(true, Ordering::Release);
+        let _ = std::fs::remove_file(self.dir.join("state.ckpt"));
+        EngineError::corrupt(
+            &index,
+            format!(
+                "its entry for event {sequence} points at {loc:?}, but {why}; the index is derived \
+                 and is rebuilt from the log when the Session is next opened"
+            ),
+        )
     }
 
     fn writer(&self) -> MutexGuard<'_, Option<ReceiptMap>> {
@@ -748,7 +766,7 @@ impl Session {
 
     /// Makes the indexes durable and writes a checkpoint of the state they cover.
     pub(crate) fn sync_indexes(&self) -> Result<(), EngineError> {
-        if !self.dirty.swap(false, Ordering::AcqRel) {
+        if !self.dirty.swap(false, Ordering::AcqRel) || self.damaged.load(Ordering::Acquire) {
             return Ok(());
         }
         let state = {
@@ -762,8 +780,12 @@ impl Session {
                 self.dirty.store(true, Ordering::Release);
                 return Err(e.into());
             }
-            inner.state.clone()
+            let cover = crate::state::Coverage {
+                rows: inner.rows.len(),
+                receipts: inner.receipts.len(),
+            };
+            (inner.state.clone(), cover)
         };
-        state.save(&self.dir.join("state.ckpt"))
+        state.0.save_covering(&self.dir.join("state.ckpt"), state.1)
     }
 }

@@ -28,7 +28,7 @@ use std::path::Path;
 /// Magic bytes of a state checkpoint file.
 pub const CHECKPOINT_MAGIC: [u8; 8] = *b"LBSTATE\0";
 /// Version of the state checkpoint file.
-pub const CHECKPOINT_FORMAT_VERSION: u32 = 2;
+pub const CHECKPOINT_FORMAT_VERSION: u32 = 3;
 const CHECKPOINT_HEADER_BYTES: usize = 32;
 /// Largest checkpoint payload accepted on load, in bytes.
 pub const CHECKPOINT_PAYLOAD_BYTES_MAX: u64 = 1 << 30;
@@ -47,6 +47,14 @@ pub(crate) struct InvocationState {
 pub(crate) struct InteractionState {
     pub requested: u64,
     pub resolved: Option<u64>,
+}
+
+/// Entry counts of the row and receipt indexes when a checkpoint was taken. The indexes only
+/// grow between checkpoints, so one found shorter than this on open was cut and is rebuilt.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Coverage {
+    pub rows: u64,
+    pub receipts: u64,
 }
 
 /// Everything the engine needs to answer queue/interaction questions and to mark rows hidden.
@@ -132,7 +140,13 @@ impl State {
 
     /// Writes the checkpoint atomically: temporary file, fsync, rename, fsync of the directory.
     pub(crate) fn save(&self, path: &Path) -> Result<(), EngineError> {
-        let payload = postcard::to_allocvec(self).map_err(|e| {
+        self.save_covering(path, Coverage::default())
+    }
+
+    /// As [`State::save`], recording how long the row and receipt indexes were when it was
+    /// taken, so an index found shorter on open is rebuilt rather than trusted.
+    pub(crate) fn save_covering(&self, path: &Path, cover: Coverage) -> Result<(), EngineError> {
+        let payload = postcard::to_allocvec(&(self, cover)).map_err(|e| {
             EngineError::corrupt(path, format!("cannot encode the state checkpoint: {e}"))
         })?;
         let mut bytes = Vec::with_capacity(CHECKPOINT_HEADER_BYTES + payload.len() + 4);
@@ -149,7 +163,13 @@ impl State {
 
     /// Loads a checkpoint; `None` when it is absent, damaged or of another version (then the
     /// caller rebuilds: the checkpoint is derived data).
+    #[cfg(test)]
     pub(crate) fn load(path: &Path) -> Option<State> {
+        Self::load_covering(path).map(|(state, _)| state)
+    }
+
+    /// Loads a checkpoint and the index lengths it was taken with; `None` as for `load`.
+    pub(crate) fn load_covering(path: &Path) -> Option<(State, Coverage)> {
         let bytes = std::fs::read(path).ok()?;
         if bytes.len() < CHECKPOINT_HEADER_BYTES + 4 || bytes[..8] != CHECKPOINT_MAGIC {
             return None;
@@ -170,8 +190,9 @@ impl State {
         if crc32fast::hash(&bytes[..end]) != crc {
             return None;
         }
-        let state: State = postcard::from_bytes(&bytes[CHECKPOINT_HEADER_BYTES..end]).ok()?;
-        (state.revision == covered).then_some(state)
+        let (state, cover): (State, Coverage) =
+            postcard::from_bytes(&bytes[CHECKPOINT_HEADER_BYTES..end]).ok()?;
+        (state.revision == covered).then_some((state, cover))
     }
 }
 
