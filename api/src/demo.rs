@@ -27,9 +27,7 @@ pub const SAMPLE_SESSION: &str = include_str!("../data/sample-session.jsonl");
 const TEST_LOG_CASES: usize = 1800;
 
 fn call(host: &Host, method: &str, params: Value) -> Result<Value, ApiError> {
-    let raw = RawValue::from_string(params.to_string()).expect("a Value always encodes");
-    let answer = dispatch::call(host, method, Some(&raw), &mut |_| {})?;
-    Ok(serde_json::from_str(answer.get()).expect("the dispatcher writes JSON"))
+    dispatch::call_value(host, method, &params)
 }
 
 fn ms(t: Instant) -> String {

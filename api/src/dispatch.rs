@@ -134,6 +134,17 @@ pub fn call(
     }
 }
 
+/// [`call`] for callers that hold JSON values (the command line, the demo, import): no items.
+pub fn call_value(
+    host: &Host,
+    method: &str,
+    params: &serde_json::Value,
+) -> Result<serde_json::Value, ApiError> {
+    let raw = RawValue::from_string(params.to_string()).expect("a Value always encodes");
+    let answer = call(host, method, Some(&raw), &mut |_| {})?;
+    Ok(serde_json::from_str(answer.get()).expect("the dispatcher writes JSON"))
+}
+
 /// The long help of `logbook serve`: the protocol in brief and every method.
 pub fn serve_help() -> String {
     format!(

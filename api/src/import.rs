@@ -347,10 +347,7 @@ fn session_record(b: &mut Builder, line: usize, v: &Value) {
 }
 
 fn call(host: &Host, method: &str, params: Value) -> Result<Value, ApiError> {
-    let raw = serde_json::value::RawValue::from_string(params.to_string())
-        .expect("a Value always encodes");
-    let answer = dispatch::call(host, method, Some(&raw), &mut |_| {})?;
-    Ok(serde_json::from_str(answer.get()).expect("the dispatcher writes JSON"))
+    dispatch::call_value(host, method, &params)
 }
 
 /// Imports each file into a Session of its own, with a progress bar.

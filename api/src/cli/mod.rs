@@ -163,9 +163,7 @@ pub struct Ctx {
 
 impl Ctx {
     pub fn call(&self, method: &str, params: Value) -> Result<Value, ApiError> {
-        let raw = RawValue::from_string(params.to_string()).expect("a Value always encodes");
-        let answer = dispatch::call(&self.host, method, Some(&raw), &mut |_| {})?;
-        Ok(serde_json::from_str(answer.get()).expect("the dispatcher writes JSON"))
+        dispatch::call_value(&self.host, method, &params)
     }
 
     fn print(&self, value: &Value, human: impl FnOnce(&Value)) {
