@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -973,4 +974,43 @@ fn error_codes_name_what_went_wrong() {
         answers[1].get("result").is_some(),
         "other Sessions keep working: {answers:?}"
     );
+}
+
+#[test]
+fn a_failed_write_is_io_and_loses_nothing() {
+    let root = new_root();
+    {
+        let mut s = Server::start(root.path());
+        create(&mut s, "s1", None);
+        turn(&mut s, "s1", 1);
+        assert_eq!(s.finish().code(), Some(0));
+    }
+    // Every file of this server may grow to 4 MiB at most: a 6 MiB tool result cannot be
+    // written, the way a full disk refuses it.
+    let mut s = Server::start_with_file_size_limit(root.path(), 4 << 20);
+    let before = s.ok("history", json!({"sessionId": "s1"}));
+    let big = "x".repeat(6 << 20);
+    let id = s.request(
+        "append",
+        json!({"sessionId": "s1", "operation": "big", "events": [tool_result("inv-x", "c", &big)]}),
+    );
+    let answer = s.answer(id);
+    assert_eq!(answer["error"]["code"], "io", "{answer}");
+    // The server keeps serving reads, and they show nothing of the failed append.
+    assert_eq!(s.ok("history", json!({"sessionId": "s1"})), before);
+    drop(s);
+
+    // Restarted without the limit: the history is what it was, and appends work again.
+    let mut s = Server::start(root.path());
+    assert_eq!(s.ok("history", json!({"sessionId": "s1"})), before);
+    turn(&mut s, "s1", 2);
+    let after = s.ok("history", json!({"sessionId": "s1"}));
+    assert!(after["rows"].as_array().unwrap().len() > before["rows"].as_array().unwrap().len());
+    assert_eq!(s.finish().code(), Some(0));
+    let verify = Command::new(bin())
+        .args(["verify", "--root"])
+        .arg(root.path())
+        .output()
+        .unwrap();
+    assert!(verify.status.success(), "{verify:?}");
 }

@@ -69,6 +69,7 @@ mod history;
 pub mod json;
 pub mod params;
 pub mod patches;
+mod progress;
 mod records;
 mod root;
 pub mod search;
@@ -96,6 +97,7 @@ pub use json::{validate_json, RawJson};
 pub use logbook_log::Durability;
 pub use params::*;
 pub use patches::{PatchInfo, ReadPatchParams};
+pub use progress::{Progress, ProgressSink, ProgressUnit};
 pub use root::{
     Root, RootOptions, INDEX_SYNC_INTERVAL, READ_ATTACHMENTS_BYTES_MAX, ROOT_FORMAT_VERSION,
     ROOT_MAGIC, SEND_ATTACHMENTS_MAX, SEND_ATTACHMENT_BYTES_MAX, WORKSPACE_BYTES_MAX,

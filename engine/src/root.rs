@@ -6,6 +6,7 @@ use crate::event::{
     AttachmentMeta, Branch, Event, InteractionResolved, StopRequested, UserMessage,
 };
 use crate::params::*;
+use crate::progress::{ProgressSink, ProgressUnit};
 use crate::records::{self, Outcome, SessionRecord};
 use crate::session::{log_config, Mutation, Prepared, Session};
 use crate::state::State;
@@ -54,6 +55,8 @@ pub struct RootOptions {
     pub index_sync_interval: Duration,
     /// Size at which Session logs roll to a new segment (tests use tiny ones).
     pub segment_bytes_max: u64,
+    /// Where long work (index rebuilds, postings builds, verify) reports progress.
+    pub progress: ProgressSink,
 }
 
 impl Default for RootOptions {
@@ -62,6 +65,7 @@ impl Default for RootOptions {
             durability: Durability::Sync,
             index_sync_interval: INDEX_SYNC_INTERVAL,
             segment_bytes_max: logbook_log::SEGMENT_BYTES_MAX,
+            progress: ProgressSink::default(),
         }
     }
 }
@@ -314,10 +318,15 @@ impl Root {
 
     /// `init` when `dir` is absent or empty, then `open`.
     pub fn open_or_init(dir: &Path) -> Result<Root, EngineError> {
+        Root::open_or_init_with(dir, RootOptions::default())
+    }
+
+    /// `init` when `dir` is absent or empty, then `open_with`.
+    pub fn open_or_init_with(dir: &Path, options: RootOptions) -> Result<Root, EngineError> {
         if is_empty_dir(dir)? {
             Root::init(dir)?;
         }
-        Root::open(dir)
+        Root::open_with(dir, options)
     }
 
     /// Opens a Root: checks the header, takes the writer lock (Busy if held), reads the Root log
@@ -854,7 +863,13 @@ impl Root {
             .keys()
             .cloned()
             .collect();
-        for id in &ids {
+        let mut task = self.shared.options.progress.task(
+            || format!("verifying {} Sessions", ids.len()),
+            ids.len() as u64,
+            ProgressUnit::Sessions,
+        );
+        for (n, id) in ids.iter().enumerate() {
+            task.advance(n as u64);
             let s = self.session(id)?;
             let v = s.log().verify()?;
             s.verify_derived()?;
@@ -907,7 +922,12 @@ impl Shared {
                 "the Root log lists this Session but its directory is missing",
             ));
         }
-        let s = Arc::new(Session::open_with(id, &dir, self.log_config())?);
+        let s = Arc::new(Session::open_with(
+            id,
+            &dir,
+            self.log_config(),
+            self.options.progress.clone(),
+        )?);
         *slot = Some(Arc::clone(&s));
         lock(&self.opened).push(Arc::clone(&s));
         Ok(s)

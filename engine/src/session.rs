@@ -14,6 +14,7 @@
 
 use crate::error::EngineError;
 use crate::event::{rows_of, Branch, Event, RowKind, SessionCreated};
+use crate::progress::{ProgressSink, ProgressUnit};
 use crate::records::{self, EventRecord, EventRecordRef, Outcome, Receipt};
 use crate::search::SearchIndex;
 use crate::state::State;
@@ -266,6 +267,8 @@ pub(crate) struct Session {
     cache: Mutex<EventCache>,
     /// Trigram postings for search, loaded on first use (see [`crate::search`]).
     pub(crate) search: SearchIndex,
+    /// Where index rebuilds report their progress.
+    pub(crate) progress: ProgressSink,
 }
 
 fn lock_cache(m: &Mutex<EventCache>) -> MutexGuard<'_, EventCache> {
@@ -315,7 +318,9 @@ impl Session {
         id: &str,
         dir: &Path,
         config: LogConfig,
+        progress: ProgressSink,
     ) -> Result<Session, EngineError> {
+        let segment_bytes = config.segment_bytes_max;
         let (log, _recovery) = Log::open(&dir.join("log"), config)?;
         let (seq, f1) = open_index(&dir.join("seq.idx"), SEQ_TAG, SEQ_ENTRY_BYTES)?;
         let (rows, f2) = open_index(&dir.join("row.idx"), ROW_TAG, ROW_ENTRY_BYTES)?;
@@ -341,8 +346,9 @@ impl Session {
             damaged: AtomicBool::new(false),
             cache: Mutex::new(EventCache::default()),
             search: SearchIndex::new(dir),
+            progress,
         };
-        session.replay_tail(start)?;
+        session.replay_tail(start, segment_bytes)?;
         let rev = session.read().state.revision;
         if rev == 0 {
             return Err(EngineError::corrupt(
@@ -397,7 +403,7 @@ impl Session {
         }
     }
 
-    fn replay_tail(&self, from: Option<Location>) -> Result<(), EngineError> {
+    fn replay_tail(&self, from: Option<Location>, segment_bytes: u64) -> Result<(), EngineError> {
         let mut inner = self.write();
         let (start, skip_first) = match from {
             Some(loc) => (loc, true),
@@ -405,12 +411,25 @@ impl Session {
         };
         let log_path = self.log.dir().to_owned();
         let mut replayed = !skip_first;
+        // Log positions as one byte count (segments counted as full): enough for a progress bar.
+        let pos = |l: Location| {
+            l.segment
+                .saturating_mul(segment_bytes)
+                .saturating_add(l.offset)
+        };
+        let origin = pos(start);
+        let mut task = self.progress.task(
+            || format!("rebuilding the indexes of Session {}", self.id),
+            pos(self.log.end()).saturating_sub(origin),
+            ProgressUnit::Bytes,
+        );
         for (n, item) in self.log.scan(start).enumerate() {
             let (loc, record, _) = item?;
             if n == 0 && skip_first {
                 continue;
             }
             replayed = true;
+            task.advance(pos(loc).saturating_sub(origin));
             match record.kind {
                 records::KIND_EVENT => {
                     let er: EventRecord =

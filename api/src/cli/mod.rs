@@ -12,6 +12,7 @@ use serde_json::{json, Value};
 
 use logbook_api::{dispatch, ApiError, ErrorCode, Host};
 
+mod progress;
 mod show;
 
 #[derive(Parser, Debug)]
@@ -191,8 +192,12 @@ pub fn run(args: Args) -> Result<(), ApiError> {
         }
         Command::Demo => crate::cli::demo_entry(&root),
         command => {
+            let options = logbook_engine::RootOptions {
+                progress: logbook_engine::ProgressSink::new(Arc::new(progress::Bars::default())),
+                ..logbook_engine::RootOptions::default()
+            };
             let ctx = Ctx {
-                host: Host::open_or_init(&root)?,
+                host: Host::with_root(logbook_engine::Root::open_or_init_with(&root, options)?),
                 json: args.json,
             };
             run_command(&ctx, command)
@@ -495,12 +500,8 @@ fn run_command(ctx: &Ctx, command: Command) -> Result<(), ApiError> {
             );
         }
         Command::Verify => {
-            let bar = indicatif::ProgressBar::new_spinner();
-            bar.set_message("verifying every checksum");
-            bar.enable_steady_tick(std::time::Duration::from_millis(100));
-            let report = ctx.host.root().verify();
-            bar.finish_and_clear();
-            let report = report?;
+            // The Root reports its progress to the bars set up in `run`.
+            let report = ctx.host.root().verify()?;
             println!("{report:?}");
         }
         Command::Import { files, workspace } => {

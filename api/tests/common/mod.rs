@@ -28,9 +28,28 @@ pub struct Server {
 
 impl Server {
     pub fn start(root: &Path) -> Server {
-        let mut child = Command::new(bin())
-            .args(["serve", "--root"])
-            .arg(root)
+        let mut command = Command::new(bin());
+        command.args(["serve", "--root"]).arg(root);
+        Server::spawn(command)
+    }
+
+    /// Starts `logbook serve --root ROOT` whose files may grow to at most `bytes` each:
+    /// a longer write fails with EFBIG (SIGXFSZ is ignored), as a full disk would fail it.
+    pub fn start_with_file_size_limit(root: &Path, bytes: u64) -> Server {
+        let mut command = Command::new("bash");
+        command
+            .arg("-c")
+            .arg(format!(
+                "trap '' XFSZ; ulimit -f {}; exec \"$0\" serve --root \"$1\"",
+                bytes / 1024
+            ))
+            .arg(bin())
+            .arg(root);
+        Server::spawn(command)
+    }
+
+    fn spawn(mut command: Command) -> Server {
+        let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

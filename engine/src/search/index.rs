@@ -22,6 +22,7 @@
 
 use crate::error::EngineError;
 use crate::event::{rows_of, Event};
+use crate::progress::ProgressUnit;
 use crate::session::{Inner, Session};
 use logbook_index::{fold_into, PostingsBuilder, PostingsFile};
 use logbook_log::Location;
@@ -303,9 +304,19 @@ impl SearchIndex {
         tail: &mut Tail,
     ) -> Result<(), EngineError> {
         let total = inner.rows.len();
+        if tail.covered >= total {
+            return Ok(());
+        }
         let mut reader = Reader::new(session);
+        let from = tail.covered;
+        let mut task = session.progress.task(
+            || format!("building the search index of Session {}", session.id),
+            total - from,
+            ProgressUnit::Rows,
+        );
         while tail.covered < total {
             let row = tail.covered;
+            task.advance(row - from);
             let seg = segment_of_row(session, inner, row)?;
             if seg > tail.segment {
                 self.roll(tail, seg);
@@ -429,7 +440,18 @@ impl SearchIndex {
             None => {
                 let mut builder = PostingsBuilder::new();
                 let mut reader = Reader::new(session);
+                let mut task = session.progress.task(
+                    || {
+                        format!(
+                            "building the search index of segment {segment} of Session {}",
+                            session.id
+                        )
+                    },
+                    rows,
+                    ProgressUnit::Rows,
+                );
                 for row in first_row..end_row {
+                    task.advance(row - first_row);
                     reader.add_row(inner, row, doc_of(row, first_row)?, &mut builder)?;
                 }
                 self.persist(segment, first_row, builder)
