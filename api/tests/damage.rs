@@ -529,19 +529,16 @@ fn root_header_damage_is_refused() {
 }
 
 #[test]
-#[ignore = "KNOWN GAP: FixedIndex entries carry no checksum; a damaged seq.idx entry is reported as corrupt on first use and rebuilt on the next open (bug_flipped_sequence_index_entry_is_rebuilt), not rebuilt at once as this sweep demands"]
 fn damaged_sequence_index_is_rebuilt() {
     run(FileType::SeqIndex, 96, 32);
 }
 
 #[test]
-#[ignore = "KNOWN GAP: FixedIndex entries carry no checksum, so a bit flipped inside a row.idx entry is trusted (a cut row.idx is now rebuilt: bug_row_index_cut_at_an_entry_boundary_is_rebuilt)"]
 fn damaged_row_index_is_rebuilt() {
     run(FileType::RowIndex, 96, 32);
 }
 
 #[test]
-#[ignore = "KNOWN GAP: FixedIndex entries carry no checksum, so a bit flipped inside a receipt.idx entry is trusted (a cut receipt.idx is now rebuilt: bug_receipt_index_cut_at_an_entry_boundary_keeps_receipts)"]
 fn damaged_receipt_index_is_rebuilt() {
     run(FileType::ReceiptIndex, 96, 32);
 }

@@ -47,7 +47,7 @@ fn round_trip_memory_durable_and_reopen() {
     check_all(&ix, 150);
     assert_eq!(
         std::fs::metadata(&path).unwrap().len(),
-        FIXED_HEADER_BYTES + 150 * 12
+        FIXED_HEADER_BYTES + 150 * (12 + u64::from(FIXED_ENTRY_CRC_BYTES))
     );
 }
 
@@ -151,16 +151,14 @@ fn torn_tail_is_cut_at_every_offset() {
             continue;
         }
         let ix = r.unwrap_or_else(|e| panic!("cut {cut}: {e}"));
-        let whole = (cut as u64 - FIXED_HEADER_BYTES) / u64::from(width);
-        assert_eq!(
-            ix.cut_bytes(),
-            (cut as u64 - FIXED_HEADER_BYTES) % u64::from(width)
-        );
+        let stride = u64::from(width + FIXED_ENTRY_CRC_BYTES);
+        let whole = (cut as u64 - FIXED_HEADER_BYTES) / stride;
+        assert_eq!(ix.cut_bytes(), (cut as u64 - FIXED_HEADER_BYTES) % stride);
         check_all(&ix, whole);
         drop(ix);
         assert_eq!(
             std::fs::metadata(&p).unwrap().len(),
-            FIXED_HEADER_BYTES + whole * u64::from(width)
+            FIXED_HEADER_BYTES + whole * stride
         );
         // After the cut, appending continues cleanly.
         let mut ix = FixedIndex::open(&p, TAG, width).unwrap();
@@ -209,7 +207,7 @@ fn foreign_magic_is_refused_by_name() {
 fn newer_version_is_refused_and_named() {
     let dir = tempfile::tempdir().unwrap();
     let path = write_with_header(dir.path(), "v.idx", |b| {
-        b[8..12].copy_from_slice(&2u32.to_le_bytes());
+        b[8..12].copy_from_slice(&3u32.to_le_bytes());
         reseal(b);
     });
     let e = FixedIndex::open(&path, TAG, 8).unwrap_err();
@@ -217,14 +215,14 @@ fn newer_version_is_refused_and_named() {
         matches!(
             e,
             IndexError::UnsupportedVersion {
-                found: 2,
-                supported: 1,
+                found: 3,
+                supported: 2,
                 ..
             }
         ),
         "{e}"
     );
-    assert!(e.to_string().contains("version 2"), "{e}");
+    assert!(e.to_string().contains("version 3"), "{e}");
     assert_eq!(e.kind(), ErrorKind::UnsupportedFormat);
 }
 
@@ -289,4 +287,47 @@ fn push_of_wrong_width_panics() {
     let dir = tempfile::tempdir().unwrap();
     let mut ix = FixedIndex::create(&dir.path().join("x.idx"), TAG, 8).unwrap();
     ix.push(&[1, 2, 3]);
+}
+
+#[test]
+fn every_entry_bit_flip_is_refused_with_its_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("e.idx");
+    let width = 5u32;
+    let mut ix = FixedIndex::create(&path, TAG, width).unwrap();
+    fill(&mut ix, 0, 4);
+    ix.sync().unwrap();
+    drop(ix);
+    let full = std::fs::read(&path).unwrap();
+    let stride = (width + FIXED_ENTRY_CRC_BYTES) as usize;
+    for byte in FIXED_HEADER_BYTES as usize..full.len() {
+        for bit in 0..8 {
+            let mut b = full.clone();
+            b[byte] ^= 1 << bit;
+            let p = dir.path().join("flip.idx");
+            std::fs::write(&p, &b).unwrap();
+            let e = FixedIndex::open(&p, TAG, width).unwrap_err();
+            let entry = (byte - FIXED_HEADER_BYTES as usize) / stride;
+            match e {
+                IndexError::ChecksumMismatch { offset, .. } => assert_eq!(
+                    offset,
+                    FIXED_HEADER_BYTES + (entry * stride) as u64,
+                    "byte {byte} bit {bit}"
+                ),
+                other => panic!("byte {byte} bit {bit}: {other}"),
+            }
+        }
+    }
+    // Entries swapped (each intact on its own) are refused too: the checksum binds the index.
+    let mut b = full.clone();
+    let h = FIXED_HEADER_BYTES as usize;
+    let (first, second) = (h..h + stride, h + stride..h + 2 * stride);
+    let a = full[first.clone()].to_vec();
+    b[first].copy_from_slice(&full[second.clone()]);
+    b[second].copy_from_slice(&a);
+    std::fs::write(&path, &b).unwrap();
+    assert_eq!(
+        FixedIndex::open(&path, TAG, width).unwrap_err().kind(),
+        ErrorKind::Corrupt
+    );
 }
