@@ -907,7 +907,13 @@ impl Shared {
                 "the Root log lists this Session but its directory is missing",
             ));
         }
-        let s = Arc::new(Session::open_with(id, &dir, self.log_config())?);
+        let open_source = |source: &str, through: u64| self.fork_source(id, source, through);
+        let s = Arc::new(Session::open_with(
+            id,
+            &dir,
+            self.log_config(),
+            &open_source,
+        )?);
         *slot = Some(Arc::clone(&s));
         lock(&self.opened).push(Arc::clone(&s));
         Ok(s)
@@ -915,6 +921,44 @@ impl Shared {
 
     /// Makes the Session directory for a registered Session unless it exists: built under a
     /// staging name (ids never start with '.') and renamed into place, so it appears whole.
+    /// Opens the source of layered fork `id`, which the fork's log names as `(source,
+    /// through)`: it must be the branch the Root log registered for `id`, and following
+    /// branches from it must never come back to `id` (a cycle would never finish opening).
+    fn fork_source(
+        &self,
+        id: &str,
+        source: &str,
+        through: u64,
+    ) -> Result<Arc<Session>, EngineError> {
+        {
+            let reg = lock(&self.registry);
+            let registered = reg.sessions.get(id).and_then(|e| e.branch.as_ref());
+            if registered.is_none_or(|b| b.session_id != source || b.through != through) {
+                return Err(EngineError::corrupt(
+                    self.dir.join(SESSIONS_DIR).join(id),
+                    format!(
+                        "the fork's log names events 1..={through} of Session {source} as its base, \
+                         but the Root log registers {registered:?}"
+                    ),
+                ));
+            }
+            let mut at = source;
+            for _ in 0..=reg.sessions.len() {
+                if at == id {
+                    return Err(EngineError::corrupt(
+                        self.dir.join(SESSIONS_DIR).join(id),
+                        "the fork's chain of sources comes back to the fork itself",
+                    ));
+                }
+                match reg.sessions.get(at).and_then(|e| e.branch.as_ref()) {
+                    Some(b) => at = &b.session_id,
+                    None => break,
+                }
+            }
+        }
+        self.session(source)
+    }
+
     fn materialize(&self, r: &SessionRecord) -> Result<(), EngineError> {
         let sessions = self.dir.join(SESSIONS_DIR);
         let dir = sessions.join(&r.session_id);

@@ -118,49 +118,118 @@ fn kind_code(e: &Event) -> u8 {
         .expect("every kind is listed") as u8
 }
 
+/// The immutable prefix a layered fork reads from its source (see `crate::fork`): sequences
+/// `1..=through` and row ordinals `0..rows` are the source's, read through the source's own
+/// read path (which recurses when the source is a layered fork too).
+pub(crate) struct Base {
+    pub session: Arc<Session>,
+    pub through: u64,
+    pub rows: u64,
+}
+
 /// The derived, lock-protected part of a Session.
+///
+/// `seq` and `rows` hold this Session's own entries: for a layered fork (`base` set) entry
+/// `i` of `seq` is sequence `base.through + 1 + i` and entry `i` of `rows` is row ordinal
+/// `base.rows + i`. The row and kind accessors below are layered: they answer for every
+/// sequence and row ordinal of the Session, asking the base for the ones below the fence.
+/// Lock order: a fork's `inner` before its source's (a source never locks its forks).
 pub(crate) struct Inner {
     pub seq: FixedIndex,
     pub rows: FixedIndex,
     pub receipts: FixedIndex,
     pub state: State,
+    pub base: Option<Base>,
 }
 
 impl Inner {
+    /// Last sequence read from the base (0 for a Session without one).
+    pub(crate) fn seq_base(&self) -> u64 {
+        self.base.as_ref().map_or(0, |b| b.through)
+    }
+
+    /// Number of rows read from the base (0 for a Session without one).
+    pub(crate) fn row_base(&self) -> u64 {
+        self.base.as_ref().map_or(0, |b| b.rows)
+    }
+
+    /// The base, when `sequence` lies in it.
+    fn base_of_seq(&self, sequence: u64) -> Option<&Base> {
+        self.base.as_ref().filter(|b| sequence <= b.through)
+    }
+
+    /// Location of event `sequence` in this Session's OWN log (None for a base sequence).
     pub(crate) fn location(&self, sequence: u64) -> Option<Location> {
-        let e = self.seq.get(sequence.checked_sub(1)?)?;
+        let e = self.seq.get(sequence.checked_sub(self.seq_base() + 1)?)?;
         Some(entry_loc(e, 0))
     }
 
     pub(crate) fn event_kind(&self, sequence: u64) -> Option<&'static str> {
-        let e = self.seq.get(sequence.checked_sub(1)?)?;
+        if let Some(b) = self.base_of_seq(sequence) {
+            return b.session.read().event_kind(sequence);
+        }
+        let e = self.seq.get(sequence.checked_sub(self.seq_base() + 1)?)?;
         EVENT_KINDS.get(usize::from(*e.get(16)?)).copied()
     }
 
     pub(crate) fn row(&self, ordinal: u64) -> Option<RowEntry> {
-        RowEntry::decode(self.rows.get(ordinal)?)
+        match &self.base {
+            Some(b) if ordinal < b.rows => b.session.read().row(ordinal),
+            _ => RowEntry::decode(self.rows.get(ordinal - self.row_base())?),
+        }
+    }
+
+    /// Number of rows of the Session (base rows included).
+    pub(crate) fn row_count(&self) -> u64 {
+        self.row_base() + self.rows.len()
     }
 
     /// Number of rows whose source sequence is `<= through`.
     pub(crate) fn rows_through(&self, through: u64) -> u64 {
-        self.rows.partition_point(|e| RowEntry::key(e).0 <= through)
+        if let Some(b) = self.base_of_seq(through) {
+            return b.session.read().rows_through(through).min(b.rows);
+        }
+        self.row_base() + self.rows.partition_point(|e| RowEntry::key(e).0 <= through)
     }
 
     /// First row ordinal whose position is `>= (seq, item)`.
     pub(crate) fn row_lower_bound(&self, seq: u64, item: u32) -> u64 {
-        self.rows
-            .partition_point(|e| RowEntry::key(e) < (seq, item))
+        if let Some(b) = self.base_of_seq(seq) {
+            return b.session.read().row_lower_bound(seq, item).min(b.rows);
+        }
+        self.row_base()
+            + self
+                .rows
+                .partition_point(|e| RowEntry::key(e) < (seq, item))
     }
 
     /// First row ordinal whose position is `> (seq, item)`.
     pub(crate) fn row_upper_bound(&self, seq: u64, item: u32) -> u64 {
-        self.rows
-            .partition_point(|e| RowEntry::key(e) <= (seq, item))
+        if let Some(b) = self.base_of_seq(seq) {
+            return b.session.read().row_upper_bound(seq, item).min(b.rows);
+        }
+        self.row_base()
+            + self
+                .rows
+                .partition_point(|e| RowEntry::key(e) <= (seq, item))
+    }
+
+    /// First own row ordinal (global) whose event lies in own log segment `>= segment`.
+    pub(crate) fn first_row_of_segment(&self, segment: u64) -> u64 {
+        self.row_base()
+            + self.rows.partition_point(|e| {
+                self.location(RowEntry::key(e).0)
+                    .is_some_and(|l| l.segment < segment)
+            })
     }
 
     /// Folds one event in: sequence index, rows (hidden flags from the state so far), state.
     fn index_event(&mut self, sequence: u64, loc: Location, event: &Event) {
-        debug_assert_eq!(self.seq.len() + 1, sequence, "seq.idx is dense");
+        debug_assert_eq!(
+            self.seq_base() + self.seq.len() + 1,
+            sequence,
+            "seq.idx is dense"
+        );
         self.seq.push(&loc_entry(loc, kind_code(event)));
         for (i, row) in rows_of(event).iter().enumerate() {
             let hidden = row.internal
@@ -311,12 +380,16 @@ impl Session {
     }
 
     /// Opens a Session's files with this log configuration (the segment size is a Root option).
+    /// `open_source(source, through)` opens the source of a layered fork (the Root checks it
+    /// against its own record of the fork).
     pub(crate) fn open_with(
         id: &str,
         dir: &Path,
         config: LogConfig,
+        open_source: &dyn Fn(&str, u64) -> Result<Arc<Session>, EngineError>,
     ) -> Result<Session, EngineError> {
         let (log, _recovery) = Log::open(&dir.join("log"), config)?;
+        let base = crate::fork::open_base(&log, open_source)?;
         let (seq, f1) = open_index(&dir.join("seq.idx"), SEQ_TAG, SEQ_ENTRY_BYTES)?;
         let (rows, f2) = open_index(&dir.join("row.idx"), ROW_TAG, ROW_ENTRY_BYTES)?;
         let (receipts, f3) =
@@ -327,6 +400,7 @@ impl Session {
             rows,
             receipts,
             state,
+            base,
         };
         let start = Self::resume_point(&log, &mut inner, f1 || f2 || f3, cover)?;
         let session = Session {
@@ -363,24 +437,30 @@ impl Session {
         cover: crate::state::Coverage,
     ) -> Result<Option<Location>, EngineError> {
         let c = inner.state.revision;
-        let trusted = c > 0
+        let own = c.saturating_sub(inner.seq_base());
+        // A layered fork's checkpoint must cover at least one own event: the resume point is
+        // an event of the own log.
+        let trusted = own > 0
             && !fresh_index
-            && inner.seq.len() >= c
+            && inner.seq.len() >= own
             && inner.rows.len() >= cover.rows
             && inner.receipts.len() >= cover.receipts
             && inner
                 .location(c)
                 .is_some_and(|loc| loc < log.end() && Self::is_event_at(log, loc, c));
         if !trusted {
-            inner.state = State::default();
+            inner.state = match &inner.base {
+                Some(b) => crate::fork::base_state(b),
+                None => State::default(),
+            };
             inner.seq.truncate(0)?;
             inner.rows.truncate(0)?;
             inner.receipts.truncate(0)?;
             return Ok(None);
         }
         let loc_c = inner.location(c).expect("checked above");
-        inner.seq.truncate(c)?;
-        let keep_rows = inner.rows_through(c);
+        inner.seq.truncate(own)?;
+        let keep_rows = inner.rows_through(c) - inner.row_base();
         inner.rows.truncate(keep_rows)?;
         let keep_receipts = inner.receipts.partition_point(|e| entry_loc(e, 8) <= loc_c);
         inner.receipts.truncate(keep_receipts)?;
@@ -437,6 +517,16 @@ impl Session {
                     // receipts are the source's, and the marker's rules reset the state.
                     crate::fork::replay_marker(&log_path, loc, &record.payload, &mut inner)?;
                 }
+                records::KIND_BASE => {
+                    // Read once on open (`fork::open_base`); here it must be the first record.
+                    crate::fork::check_base_position(
+                        &log_path,
+                        loc,
+                        self.log.start(),
+                        &inner.state,
+                        inner.base.as_ref(),
+                    )?;
+                }
                 other => {
                     return Err(EngineError::corrupt(
                         &log_path,
@@ -476,6 +566,10 @@ impl Session {
         inner: &Inner,
         sequence: u64,
     ) -> Result<Arc<Event>, EngineError> {
+        if let Some(b) = inner.base_of_seq(sequence) {
+            // Below the fence: the source's event (cached there, not twice).
+            return b.session.event_arc(&b.session.read(), sequence);
+        }
         if let Some(e) = lock_cache(&self.cache).get(sequence) {
             return Ok(e);
         }
@@ -625,7 +719,7 @@ impl Session {
         let first_row;
         {
             let mut inner = self.write();
-            first_row = inner.rows.len();
+            first_row = inner.row_count();
             for (i, p) in events.iter().enumerate() {
                 inner.index_event(first + i as u64, locs[i], &p.event);
             }
@@ -683,8 +777,11 @@ impl Session {
                 format!("{what}; delete the Session's .idx and .ckpt files to rebuild them"),
             )
         };
-        let mut state = State::default();
-        let (mut row, mut receipt) = (0u64, 0u64);
+        let mut state = match &inner.base {
+            Some(b) => crate::fork::base_state(b),
+            None => State::default(),
+        };
+        let (mut row, mut receipt) = (inner.row_base(), 0u64);
         let mut receipts: Vec<(u64, Location)> = Vec::new();
         for item in self.log.scan(self.log.start()) {
             let (loc, record, _) = item?;
@@ -701,7 +798,8 @@ impl Session {
                             format!("event {} out of order at {loc:?}", er.sequence),
                         ));
                     }
-                    if inner.seq.get(er.sequence - 1)
+                    let own = er.sequence.checked_sub(inner.seq_base() + 1);
+                    if own.and_then(|i| inner.seq.get(i))
                         != Some(&loc_entry(loc, kind_code(&er.event))[..])
                     {
                         return Err(mismatch(format!(
@@ -738,6 +836,15 @@ impl Session {
                     crate::fork::apply_marker(self.log.dir(), loc, &record.payload, &mut state)?;
                     receipts.clear();
                 }
+                records::KIND_BASE => {
+                    crate::fork::check_base_position(
+                        self.log.dir(),
+                        loc,
+                        self.log.start(),
+                        &state,
+                        inner.base.as_ref(),
+                    )?;
+                }
                 other => {
                     return Err(EngineError::corrupt(
                         self.log.dir(),
@@ -756,7 +863,7 @@ impl Session {
             }
             receipt += 1;
         }
-        if state != inner.state || row != inner.rows.len() || receipt != inner.receipts.len() {
+        if state != inner.state || row != inner.row_count() || receipt != inner.receipts.len() {
             return Err(mismatch(
                 "derived state or index lengths differ from the log".into(),
             ));

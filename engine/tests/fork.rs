@@ -562,7 +562,7 @@ fn crash_points_leave_no_fork_or_a_whole_one() {
         let _ = fork(&root, "src", "crash-op", ForkFrom::All, rev);
         std::process::exit(0);
     }
-    for point in ["reserved", "linking", "staged", "committed"] {
+    for point in ["reserved", "writing", "staged", "committed"] {
         let tmp = tempfile::tempdir().expect("tmp");
         let dir = tmp.path().join("r");
         let rev = build_source(&dir);

@@ -211,7 +211,8 @@ fn golden_fork_v1_root_reads_as_recorded() {
     copy_dir(&fixture, &copy);
     let root = Root::open(&copy).expect("open golden fork Root");
     assert_eq!(observe(&root), expected);
-    root.verify().expect("verify walks the old-format forks clean");
+    root.verify()
+        .expect("verify walks the old-format forks clean");
     // The old-format forks still take appends and still fork.
     let sessions = root.sessions().expect("sessions");
     for s in &sessions {
