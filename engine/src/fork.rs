@@ -70,11 +70,10 @@ use crate::error::EngineError;
 use crate::event::Branch;
 use crate::records::{self, Outcome};
 use crate::root::{lock, Entry, Root, Shared};
-use crate::session::{Base, Inner, Mutation, Session};
+use crate::session::{Base, Inner, Session};
 use crate::state::{InvocationState, State};
 use crate::validate::validate_id;
-use logbook_log::internals::{encode_frame, encode_header, ACTIVE_FORMAT, HEADER_BYTES};
-use logbook_log::{Durability, Location, Log};
+use logbook_log::{Durability, Location};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -136,25 +135,13 @@ struct ForkMarker {
     turn: Option<String>,
 }
 
-/// Session log payload of [`records::KIND_BASE`]: the first record of a layered fork's log.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-struct BaseRecord {
-    /// The source Session.
-    source: String,
-    /// The fence: the last sequence read from the source.
-    through: u64,
-    turn: Option<String>,
-    /// Rows the source publishes with sourceSequence `<= through` (checked on open).
-    rows: u64,
-}
-
 type ForkKey = (String, String);
 
 /// Root-wide state of the fork, diagnostics and patch operations.
 #[derive(Default)]
 pub(crate) struct Extras {
     /// Committed forks: (source Session, operation) -> (params digest, result).
-    forks: Mutex<HashMap<ForkKey, ([u8; 32], ForkResult)>>,
+    pub(crate) forks: Mutex<HashMap<ForkKey, ([u8; 32], ForkResult)>>,
     /// Serialises forks (they are rare; building one takes milliseconds).
     fork_lock: Mutex<()>,
     pub(crate) diags: crate::diagnostics::DiagLogs,
@@ -165,6 +152,7 @@ pub(crate) fn load_record(
     path: &Path,
     payload: &[u8],
     extras: &Extras,
+    layered: bool,
 ) -> Result<(String, Entry, ForkRecord), EngineError> {
     let r: ForkRecord = records::decode(path, "a fork record", payload)?;
     lock(&extras.forks).insert(
@@ -180,6 +168,7 @@ pub(crate) fn load_record(
     let entry = Entry {
         workspace: r.workspace.clone(),
         branch: Some(r.branch.clone()),
+        layered,
         slot: Default::default(),
     };
     Ok((r.session_id.clone(), entry, r))
@@ -337,61 +326,32 @@ fn fork_params(p: &ForkParams) -> [u8; 32] {
     records::params_digest("fork", &(kind, inv, p.revision))
 }
 
-fn segment_name(n: u64, ext: &str) -> String {
-    format!("{n:020}.{ext}")
-}
-
-fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), EngineError> {
-    crate::state::write_file_synced(path, bytes).map_err(|e| EngineError::io(path, "write", e))
-}
-
-/// Reads the base record of a layered fork (the first record of its log) and opens the source
-/// it names; None for any other Session (its first record is an event, or a copied fork's).
+/// The base of layered fork: `source` (open) through `through`. The base row count is the
+/// source's row count under the fence.
 pub(crate) fn open_base(
-    log: &Log,
-    open_source: &dyn Fn(&str, u64) -> Result<Arc<Session>, EngineError>,
-) -> Result<Option<Base>, EngineError> {
-    let Some(first) = log.scan(log.start()).next() else {
-        return Ok(None);
-    };
-    let (loc, record, end_of_batch) = first?;
-    if record.kind != records::KIND_BASE {
-        return Ok(None);
-    }
-    let b: BaseRecord = records::decode(log.dir(), "a fork base record", &record.payload)?;
-    if !end_of_batch {
-        return Err(EngineError::corrupt(
-            log.dir(),
-            format!("the fork base record at {loc:?} is not alone in its batch"),
-        ));
-    }
-    let session = open_source(&b.source, b.through)?;
+    fork_dir: &Path,
+    session: Arc<Session>,
+    through: u64,
+) -> Result<Base, EngineError> {
     let (revision, rows) = {
         let inner = session.read();
         let rev = inner.state.revision;
-        (
-            rev,
-            (b.through <= rev).then(|| inner.rows_through(b.through)),
-        )
+        (rev, inner.rows_through(through.min(rev)))
     };
-    if rows != Some(b.rows) {
+    if revision < through {
         return Err(EngineError::corrupt(
-            log.dir(),
+            fork_dir,
             format!(
-                "the fork's base is events 1..={} ({} rows) of Session {}, which holds {revision} \
-                 events and {} rows under that fence",
-                b.through,
-                b.rows,
-                b.source,
-                rows.map_or_else(|| "no".to_owned(), |r| r.to_string())
+                "the fork's base is events 1..={through} of Session {}, which holds only {revision}",
+                session.id
             ),
         ));
     }
-    Ok(Some(Base {
+    Ok(Base {
         session,
-        through: b.through,
-        rows: b.rows,
-    }))
+        through,
+        rows,
+    })
 }
 
 /// The state of a layered fork right after its fence: the source's state cut at the fence,
@@ -402,20 +362,54 @@ pub(crate) fn base_state(base: &Base) -> State {
     s
 }
 
-/// A base record met while replaying must be the log's first record, read on open.
-pub(crate) fn check_base_position(
-    log_path: &Path,
-    loc: Location,
-    start: Location,
-    state: &State,
-    base: Option<&Base>,
-) -> Result<(), EngineError> {
-    if loc == start && base.is_some_and(|b| b.through == state.revision) {
-        return Ok(());
+/// Checks `revision` and settledness against the source's state; returns the fence and Turn.
+fn check_fence(p: &ForkParams, state: &State) -> Result<(u64, Option<String>), EngineError> {
+    if state.revision != p.revision {
+        return Err(EngineError::conflict(format!(
+            "Session {} is at revision {}, not {}; read it again and fork with its current revision",
+            p.session_id, state.revision, p.revision
+        )));
     }
-    Err(EngineError::corrupt(
-        log_path,
-        format!("a fork base record at {loc:?} is not the first record of the log"),
+    let (through, turn) = match &p.from {
+        ForkFrom::All => (state.revision, None),
+        ForkFrom::Turn { invocation } => {
+            let st = state.invocations.get(invocation).ok_or_else(|| {
+                EngineError::not_found(format!(
+                    "invocation {invocation:?} in Session {}",
+                    p.session_id
+                ))
+            })?;
+            if !st.settled {
+                return Err(EngineError::conflict(format!(
+                    "the Turn of invocation {invocation:?} is not settled; fork it once it is"
+                )));
+            }
+            (st.settled_at, Some(invocation.clone()))
+        }
+    };
+    // Every Turn inside the fence must be settled by it. For the whole history that is an
+    // empty queue; a Turn fence must also rule out Turns settled after it.
+    let unsettled: Option<&String> = match &p.from {
+        ForkFrom::All => state.queue.values().next(),
+        ForkFrom::Turn { .. } => state
+            .invocations
+            .iter()
+            .find(|(_, s)| s.message <= through && !(s.settled && s.settled_at <= through))
+            .map(|(inv, _)| inv),
+    };
+    if let Some(inv) = unsettled {
+        return Err(EngineError::conflict(format!(
+            "the Turn of invocation {inv:?} is inside the forked history but was not settled \
+             by sequence {through}; every forked Turn must be settled"
+        )));
+    }
+    Ok((through, turn))
+}
+
+fn used_for_another(p: &ForkParams) -> EngineError {
+    EngineError::conflict(format!(
+        "operation {:?} was already used in Session {} for another mutation",
+        p.operation, p.session_id
     ))
 }
 
@@ -438,95 +432,50 @@ impl Root {
             .get(&p.session_id)
             .map(|e| e.workspace.clone())
             .ok_or_else(|| EngineError::not_found(format!("Session {}", p.session_id)))?;
-        let mut build = |state: &State, _first: u64| {
-            if state.revision != p.revision {
-                return Err(EngineError::conflict(format!(
-                    "Session {} is at revision {}, not {}; read it again and fork with its current revision",
-                    p.session_id, state.revision, p.revision
-                )));
-            }
-            let (through, turn) = match &p.from {
-                ForkFrom::All => (state.revision, None),
-                ForkFrom::Turn { invocation } => {
-                    let st = state.invocations.get(invocation).ok_or_else(|| {
-                        EngineError::not_found(format!(
-                            "invocation {invocation:?} in Session {}",
-                            p.session_id
-                        ))
-                    })?;
-                    if !st.settled {
-                        return Err(EngineError::conflict(format!(
-                            "the Turn of invocation {invocation:?} is not settled; fork it once it is"
-                        )));
-                    }
-                    (st.settled_at, Some(invocation.clone()))
-                }
-            };
-            // Every Turn inside the fence must be settled by it. For the whole history that is
-            // an empty queue; a Turn fence must also rule out Turns settled after it.
-            let unsettled: Option<&String> = match &p.from {
-                ForkFrom::All => state.queue.values().next(),
-                ForkFrom::Turn { .. } => state
-                    .invocations
-                    .iter()
-                    .find(|(_, s)| s.message <= through && !(s.settled && s.settled_at <= through))
-                    .map(|(inv, _)| inv),
-            };
-            if let Some(inv) = unsettled {
-                return Err(EngineError::conflict(format!(
-                    "the Turn of invocation {inv:?} is inside the forked history but was not settled \
-                     by sequence {through}; every copied Turn must be settled"
-                )));
-            }
-            let id = loop {
-                let id = sh.ids.next("s-");
-                if !lock(&sh.registry).sessions.contains_key(&id) {
-                    break id;
-                }
-            };
-            Ok((
-                vec![],
-                Outcome::Fork {
-                    session_id: id,
-                    through,
-                    turn,
+        // Under the source's writer lock: no mutation of the source runs until the fork is
+        // committed and its operation is known to the source.
+        let result = source.with_writer(&p.operation, |state, receipt| {
+            let (new_id, through, turn) = match receipt {
+                // A reservation left by a build that made copied forks, never committed:
+                // commit the reserved fork (same id and fence), layered.
+                Some(r) if r.params == params => match r.outcome {
+                    Outcome::Fork {
+                        session_id,
+                        through,
+                        turn,
+                    } => (session_id, through, turn),
+                    _ => return Err(used_for_another(&p)),
                 },
-            ))
-        };
-        let outcome = source.mutate(Mutation {
-            operation: &p.operation,
-            params,
-            build: &mut build,
-        })?;
-        let Outcome::Fork {
-            session_id: new_id,
-            through,
-            turn,
-        } = outcome
-        else {
-            return Err(EngineError::conflict(format!(
-                "operation {:?} was already used in Session {} for another mutation",
-                p.operation, p.session_id
-            )));
-        };
-        failpoint("reserved");
-        let branch = Branch {
-            session_id: p.session_id.clone(),
-            through,
-            turn,
-        };
-        let sessions = sh.dir.join(SESSIONS_DIR);
-        let staging = sessions.join(format!("{FORK_STAGING_PREFIX}{new_id}"));
-        self.build_fork(&source, &staging, &branch)?;
-        failpoint("staged");
-        let record = ForkRecord {
-            session_id: new_id.clone(),
-            workspace: workspace.clone(),
-            branch: branch.clone(),
-            operation: p.operation.clone(),
-            params,
-        };
-        {
+                Some(_) => return Err(used_for_another(&p)),
+                None => {
+                    let (through, turn) = check_fence(&p, state)?;
+                    let id = loop {
+                        let id = sh.ids.next("s-");
+                        if !lock(&sh.registry).sessions.contains_key(&id) {
+                            break id;
+                        }
+                    };
+                    (id, through, turn)
+                }
+            };
+            failpoint("checked");
+            if sh.options.durability == Durability::NoSyncBulkImport {
+                // The fork reads the source's events through the fence: make them durable
+                // first (with Sync every acknowledged event already is).
+                source.log().sync()?;
+            }
+            let branch = Branch {
+                session_id: p.session_id.clone(),
+                through,
+                turn,
+            };
+            let record = ForkRecord {
+                session_id: new_id.clone(),
+                workspace: workspace.clone(),
+                branch: branch.clone(),
+                operation: p.operation.clone(),
+                params,
+            };
             let mut reg = lock(&sh.registry);
             if reg.sessions.contains_key(&new_id) {
                 return Err(EngineError::conflict(format!(
@@ -536,32 +485,32 @@ impl Root {
             }
             let payload = records::encode(&record);
             sh.root_log.append(&[logbook_log::Record {
-                kind: records::KIND_FORK_SESSION,
+                kind: records::KIND_LAYERED_FORK,
                 payload: &payload,
             }])?;
-            // Committed. The rename may still be interrupted: open finishes it.
+            // Committed: the record is the fork, its receipt and its base.
             failpoint("committed");
-            let dir = sessions.join(&new_id);
-            std::fs::rename(&staging, &dir)
-                .map_err(|e| EngineError::io(&dir, "rename into place", e))?;
-            crate::fsutil::sync_dir(&sessions)?;
             reg.sessions.insert(
                 new_id.clone(),
                 Entry {
                     workspace,
                     branch: Some(branch.clone()),
+                    layered: true,
                     slot: Default::default(),
                 },
             );
-        }
-        let result = ForkResult {
-            session_id: new_id,
-            branch,
-        };
-        lock(&sh.extras.forks).insert(
-            (p.session_id.clone(), p.operation.clone()),
-            (params, result.clone()),
-        );
+            drop(reg);
+            let result = ForkResult {
+                session_id: new_id,
+                branch,
+            };
+            lock(&sh.extras.forks).insert(
+                (p.session_id.clone(), p.operation.clone()),
+                (params, result.clone()),
+            );
+            source.add_fork_op(&p.operation);
+            Ok(result)
+        })?;
         Ok(result)
     }
 
@@ -595,65 +544,6 @@ impl Root {
         Ok(lock(&self.shared.extras.forks)
             .get(&(p.session_id, p.operation))
             .map(|(_, r)| r.clone()))
-    }
-
-    /// Builds the whole fork in `staging` (removed first if a crashed attempt left it) and
-    /// syncs every file and directory of it: a layered fork is one log file holding the base
-    /// record, so this costs the same whatever the size of the source's history.
-    fn build_fork(
-        &self,
-        source: &Session,
-        staging: &Path,
-        branch: &Branch,
-    ) -> Result<(), EngineError> {
-        let through = branch.through;
-        if staging.exists() {
-            std::fs::remove_dir_all(staging)
-                .map_err(|e| EngineError::io(staging, "remove a half-made fork", e))?;
-        }
-        let log_dir = staging.join("log");
-        std::fs::create_dir_all(&log_dir)
-            .map_err(|e| EngineError::io(&log_dir, "create directory", e))?;
-        let rows = {
-            let inner = source.read();
-            if inner.state.revision < through {
-                return Err(EngineError::corrupt(
-                    source.dir(),
-                    format!(
-                        "the fork reserved fence {through}, but the Session holds only {} events",
-                        inner.state.revision
-                    ),
-                ));
-            }
-            inner.rows_through(through)
-        };
-        if self.shared.options.durability == Durability::NoSyncBulkImport {
-            // The fork reads the source's events through the fence: make them durable first
-            // (with Sync, the reservation receipt's fdatasync already did).
-            source.log().sync()?;
-        }
-        let record = records::encode(&BaseRecord {
-            source: branch.session_id.clone(),
-            through,
-            turn: branch.turn.clone(),
-            rows,
-        });
-        let mut seg = encode_header(ACTIVE_FORMAT, 0).to_vec();
-        // Durable mark 0: nothing of the file is claimed durable before it is synced whole.
-        encode_frame(
-            &mut seg,
-            0,
-            HEADER_BYTES,
-            records::KIND_BASE,
-            true,
-            0,
-            &record,
-        );
-        write_synced(&log_dir.join(segment_name(0, "active")), &seg)?;
-        failpoint("writing");
-        crate::fsutil::sync_dir(&log_dir)?;
-        crate::fsutil::sync_dir(staging)?;
-        Ok(())
     }
 }
 

@@ -13,14 +13,14 @@ pub(crate) const KIND_RECEIPT: u8 = 2;
 /// Session log: a fork marker (`crate::fork::ForkMarker`), written once, right after the
 /// history copied from the source; receipts before it belong to the source and are ignored.
 pub(crate) const KIND_FORK: u8 = 3;
-/// Session log: the base record of a layered fork (`crate::fork::BaseRecord`), always the
-/// first record of the fork's log; sequences up to its fence are read from the source.
-pub(crate) const KIND_BASE: u8 = 4;
 /// Root log: a Session registration, which is also createSession's receipt.
 pub(crate) const KIND_SESSION: u8 = 16;
 /// Root log: a forked Session's registration, which is also the fork's receipt
 /// (`crate::fork::ForkRecord`).
 pub(crate) const KIND_FORK_SESSION: u8 = 17;
+/// Root log: a layered fork's registration (`crate::fork::ForkRecord`), which is also the
+/// fork's receipt and its base (source and fence); written by this build.
+pub(crate) const KIND_LAYERED_FORK: u8 = 18;
 
 #[derive(Serialize)]
 pub(crate) struct EventRecordRef<'a> {

@@ -71,6 +71,8 @@ pub(crate) type SessionSlot = Arc<Mutex<Option<Arc<Session>>>>;
 pub(crate) struct Entry {
     pub(crate) workspace: Option<String>,
     pub(crate) branch: Option<Branch>,
+    /// A layered fork: `branch` is its base, read from the source (see `crate::fork`).
+    pub(crate) layered: bool,
     pub(crate) slot: SessionSlot,
 }
 
@@ -334,12 +336,16 @@ impl Root {
         let mut last_fork = None;
         for item in root_log.scan(root_log.start()) {
             let (loc, record, _) = item?;
-            if record.kind == records::KIND_FORK_SESSION {
+            if record.kind == records::KIND_FORK_SESSION
+                || record.kind == records::KIND_LAYERED_FORK
+            {
+                let layered = record.kind == records::KIND_LAYERED_FORK;
                 let (id, entry, fork) =
-                    crate::fork::load_record(root_log.dir(), &record.payload, &extras)?;
+                    crate::fork::load_record(root_log.dir(), &record.payload, &extras, layered)?;
                 registry.sessions.insert(id, entry);
                 last = None;
-                last_fork = Some(fork);
+                // Only a copied fork has a staging directory to finish on open.
+                last_fork = (!layered).then_some(fork);
                 continue;
             }
             if record.kind != records::KIND_SESSION {
@@ -358,6 +364,7 @@ impl Root {
                 Entry {
                     workspace: r.workspace.clone(),
                     branch: r.branch.clone(),
+                    layered: false,
                     slot: Arc::default(),
                 },
             );
@@ -468,6 +475,7 @@ impl Root {
             Entry {
                 workspace: p.workspace,
                 branch: None,
+                layered: false,
                 slot: Arc::default(),
             },
         );
@@ -888,32 +896,43 @@ impl Shared {
     }
 
     pub(crate) fn session(&self, id: &str) -> Result<Arc<Session>, EngineError> {
-        let slot = {
+        let (slot, layered) = {
             let reg = lock(&self.registry);
-            reg.sessions
+            let e = reg
+                .sessions
                 .get(id)
-                .ok_or_else(|| EngineError::not_found(format!("Session {id}")))?
-                .slot
-                .clone()
+                .ok_or_else(|| EngineError::not_found(format!("Session {id}")))?;
+            let layered = if e.layered { e.branch.clone() } else { None };
+            (e.slot.clone(), layered)
         };
         let mut slot = lock(&slot);
         if let Some(s) = slot.as_ref() {
             return Ok(Arc::clone(s));
         }
         let dir = self.dir.join(SESSIONS_DIR).join(id);
+        let base = match layered {
+            Some(b) => {
+                self.check_chain(id, &b.session_id)?;
+                let source = self.session(&b.session_id)?;
+                if !dir.is_dir() {
+                    self.make_fork_dir(id)?;
+                }
+                Some(crate::fork::open_base(&dir, source, b.through)?)
+            }
+            None => None,
+        };
         if !dir.is_dir() {
             return Err(EngineError::corrupt(
                 &dir,
                 "the Root log lists this Session but its directory is missing",
             ));
         }
-        let open_source = |source: &str, through: u64| self.fork_source(id, source, through);
-        let s = Arc::new(Session::open_with(
-            id,
-            &dir,
-            self.log_config(),
-            &open_source,
-        )?);
+        let s = Arc::new(Session::open_with(id, &dir, self.log_config(), base)?);
+        for (source, operation) in lock(&self.extras.forks).keys() {
+            if source == id {
+                s.add_fork_op(operation);
+            }
+        }
         *slot = Some(Arc::clone(&s));
         lock(&self.opened).push(Arc::clone(&s));
         Ok(s)
@@ -921,42 +940,50 @@ impl Shared {
 
     /// Makes the Session directory for a registered Session unless it exists: built under a
     /// staging name (ids never start with '.') and renamed into place, so it appears whole.
-    /// Opens the source of layered fork `id`, which the fork's log names as `(source,
-    /// through)`: it must be the branch the Root log registered for `id`, and following
-    /// branches from it must never come back to `id` (a cycle would never finish opening).
-    fn fork_source(
-        &self,
-        id: &str,
-        source: &str,
-        through: u64,
-    ) -> Result<Arc<Session>, EngineError> {
-        {
-            let reg = lock(&self.registry);
-            let registered = reg.sessions.get(id).and_then(|e| e.branch.as_ref());
-            if registered.is_none_or(|b| b.session_id != source || b.through != through) {
+    /// Following the sources from layered fork `id`'s source must never come back to `id`
+    /// (only a damaged Root log could say so; opening would never finish).
+    fn check_chain(&self, id: &str, source: &str) -> Result<(), EngineError> {
+        let reg = lock(&self.registry);
+        let mut at = source;
+        for _ in 0..=reg.sessions.len() {
+            if at == id {
                 return Err(EngineError::corrupt(
                     self.dir.join(SESSIONS_DIR).join(id),
-                    format!(
-                        "the fork's log names events 1..={through} of Session {source} as its base, \
-                         but the Root log registers {registered:?}"
-                    ),
+                    "the Root log's chain of fork sources comes back to this fork",
                 ));
             }
-            let mut at = source;
-            for _ in 0..=reg.sessions.len() {
-                if at == id {
-                    return Err(EngineError::corrupt(
-                        self.dir.join(SESSIONS_DIR).join(id),
-                        "the fork's chain of sources comes back to the fork itself",
-                    ));
-                }
-                match reg.sessions.get(at).and_then(|e| e.branch.as_ref()) {
-                    Some(b) => at = &b.session_id,
-                    None => break,
-                }
+            match reg.sessions.get(at).and_then(|e| e.branch.as_ref()) {
+                Some(b) => at = &b.session_id,
+                None => break,
             }
         }
-        self.session(source)
+        Ok(())
+    }
+
+    /// Makes the directory of layered fork `id` on its first open: an empty log under
+    /// `sessions/.fork-<id>` (a half-made one from a crash is removed first), synced, renamed
+    /// into place, `sessions/` synced. Everything in it is derived from the Root log record.
+    fn make_fork_dir(&self, id: &str) -> Result<(), EngineError> {
+        let sessions = self.dir.join(SESSIONS_DIR);
+        let staging = crate::fork::staging_dir(&self.dir, id);
+        if staging.exists() {
+            std::fs::remove_dir_all(&staging)
+                .map_err(|e| EngineError::io(&staging, "remove a half-made fork", e))?;
+        }
+        std::fs::create_dir(&staging)
+            .map_err(|e| EngineError::io(&staging, "create directory", e))?;
+        drop(Log::create(&staging.join("log"), self.log_config())?);
+        let durable = self.options.durability == Durability::Sync;
+        if durable {
+            crate::fsutil::sync_dir(&staging)?;
+        }
+        let dir = sessions.join(id);
+        std::fs::rename(&staging, &dir)
+            .map_err(|e| EngineError::io(&dir, "rename into place", e))?;
+        if durable {
+            crate::fsutil::sync_dir(&sessions)?;
+        }
+        Ok(())
     }
 
     fn materialize(&self, r: &SessionRecord) -> Result<(), EngineError> {

@@ -19,7 +19,7 @@ use crate::search::SearchIndex;
 use crate::state::State;
 use logbook_index::FixedIndex;
 use logbook_log::{Durability, Location, Log, LogConfig, Record};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -335,6 +335,9 @@ pub(crate) struct Session {
     cache: Mutex<EventCache>,
     /// Trigram postings for search, loaded on first use (see [`crate::search`]).
     pub(crate) search: SearchIndex,
+    /// Operations of this Session that made layered forks (their receipt is the fork's Root
+    /// log record): a mutation under one of them is a conflict, as for a stored receipt.
+    fork_ops: Mutex<HashSet<String>>,
 }
 
 fn lock_cache(m: &Mutex<EventCache>) -> MutexGuard<'_, EventCache> {
@@ -380,16 +383,14 @@ impl Session {
     }
 
     /// Opens a Session's files with this log configuration (the segment size is a Root option).
-    /// `open_source(source, through)` opens the source of a layered fork (the Root checks it
-    /// against its own record of the fork).
+    /// `base` is the source prefix of a layered fork (from its Root log record).
     pub(crate) fn open_with(
         id: &str,
         dir: &Path,
         config: LogConfig,
-        open_source: &dyn Fn(&str, u64) -> Result<Arc<Session>, EngineError>,
+        base: Option<Base>,
     ) -> Result<Session, EngineError> {
         let (log, _recovery) = Log::open(&dir.join("log"), config)?;
-        let base = crate::fork::open_base(&log, open_source)?;
         let (seq, f1) = open_index(&dir.join("seq.idx"), SEQ_TAG, SEQ_ENTRY_BYTES)?;
         let (rows, f2) = open_index(&dir.join("row.idx"), ROW_TAG, ROW_ENTRY_BYTES)?;
         let (receipts, f3) =
@@ -415,6 +416,7 @@ impl Session {
             damaged: AtomicBool::new(false),
             cache: Mutex::new(EventCache::default()),
             search: SearchIndex::new(dir),
+            fork_ops: Mutex::new(HashSet::new()),
         };
         session.replay_tail(start)?;
         let rev = session.read().state.revision;
@@ -516,16 +518,6 @@ impl Session {
                     // Everything before the marker was copied from the source Session: its
                     // receipts are the source's, and the marker's rules reset the state.
                     crate::fork::replay_marker(&log_path, loc, &record.payload, &mut inner)?;
-                }
-                records::KIND_BASE => {
-                    // Read once on open (`fork::open_base`); here it must be the first record.
-                    crate::fork::check_base_position(
-                        &log_path,
-                        loc,
-                        self.log.start(),
-                        &inner.state,
-                        inner.base.as_ref(),
-                    )?;
                 }
                 other => {
                     return Err(EngineError::corrupt(
@@ -670,6 +662,34 @@ impl Session {
         self.find_receipt(&mut map, operation)
     }
 
+    fn is_fork_op(&self, operation: &str) -> bool {
+        self.fork_ops
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(operation)
+    }
+
+    /// Records that `operation` made a layered fork of this Session (see `fork_ops`).
+    pub(crate) fn add_fork_op(&self, operation: &str) {
+        self.fork_ops
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(operation.to_owned());
+    }
+
+    /// Runs `f` under the writer lock (no mutation of this Session runs meanwhile) with the
+    /// state and the stored receipt of `operation`, if any.
+    pub(crate) fn with_writer<R>(
+        &self,
+        operation: &str,
+        f: impl FnOnce(&State, Option<Receipt>) -> Result<R, EngineError>,
+    ) -> Result<R, EngineError> {
+        let mut map = self.writer();
+        let receipt = self.find_receipt(&mut map, operation)?;
+        let inner = self.read();
+        f(&inner.state, receipt)
+    }
+
     /// Applies a mutation once: a repeat with the same parameters returns the stored outcome,
     /// with other parameters fails with Conflict. Events and receipt go in one log batch.
     pub(crate) fn mutate(&self, m: Mutation<'_>) -> Result<Outcome, EngineError> {
@@ -681,6 +701,12 @@ impl Session {
             return Err(EngineError::conflict(format!(
                 "operation {:?} was already used in Session {} with other parameters; \
                  use a new operation for a new request",
+                m.operation, self.id
+            )));
+        }
+        if self.is_fork_op(m.operation) {
+            return Err(EngineError::conflict(format!(
+                "operation {:?} already forked Session {}; use a new operation for a new request",
                 m.operation, self.id
             )));
         }
@@ -835,15 +861,6 @@ impl Session {
                     // Receipts before a fork marker were copied from the source: not indexed.
                     crate::fork::apply_marker(self.log.dir(), loc, &record.payload, &mut state)?;
                     receipts.clear();
-                }
-                records::KIND_BASE => {
-                    crate::fork::check_base_position(
-                        self.log.dir(),
-                        loc,
-                        self.log.start(),
-                        &state,
-                        inner.base.as_ref(),
-                    )?;
                 }
                 other => {
                     return Err(EngineError::corrupt(

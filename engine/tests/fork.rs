@@ -562,7 +562,7 @@ fn crash_points_leave_no_fork_or_a_whole_one() {
         let _ = fork(&root, "src", "crash-op", ForkFrom::All, rev);
         std::process::exit(0);
     }
-    for point in ["reserved", "writing", "staged", "committed"] {
+    for point in ["checked", "committed"] {
         let tmp = tempfile::tempdir().expect("tmp");
         let dir = tmp.path().join("r");
         let rev = build_source(&dir);
@@ -798,7 +798,10 @@ fn assert_prefix(root: &Root, fork: &str, source: &str, through: u64) {
         events_through(root, fork, through),
         events_through(root, source, through)
     );
-    assert_eq!(all_rows(root, fork, through), all_rows(root, source, through));
+    assert_eq!(
+        all_rows(root, fork, through),
+        all_rows(root, source, through)
+    );
     assert_eq!(
         all_hits(root, fork, "answer", through),
         all_hits(root, source, "answer", through)
@@ -829,7 +832,11 @@ fn forks_of_forks_with_appends_on_every_layer_and_reopen() {
         let rev = revision(&root, &sid);
         let before = snapshot(&root, &sid);
         let f1 = fork(&root, &sid, "f1", turn(&src_turns[3].0), rev).expect("fork");
-        assert_eq!(snapshot(&root, &sid), before, "forking leaves the source unchanged");
+        assert_eq!(
+            snapshot(&root, &sid),
+            before,
+            "forking leaves the source unchanged"
+        );
         assert_eq!(revision(&root, &f1.session_id), src_turns[3].1);
         forks.push((f1.session_id.clone(), sid.clone(), f1.branch.through));
         // Both grow after the fork; the source's segments get sealed under the fork.
@@ -850,7 +857,9 @@ fn forks_of_forks_with_appends_on_every_layer_and_reopen() {
         let first_own = root
             .read_event(&f1.session_id, f1.branch.through + 1)
             .expect("first own event");
-        assert!(matches!(first_own, Event::UserMessage(ref m) if m.invocation.contains(&f1.session_id)));
+        assert!(
+            matches!(first_own, Event::UserMessage(ref m) if m.invocation.contains(&f1.session_id))
+        );
         // A fork of the fork beyond its fence, and one inside its base.
         let frev = revision(&root, &f1.session_id);
         let ff = fork(&root, &f1.session_id, "ff", ForkFrom::All, frev).expect("fork of fork");
@@ -860,14 +869,28 @@ fn forks_of_forks_with_appends_on_every_layer_and_reopen() {
         let ff3 = fork(&root, &f1.session_id, "ff3", turn(&f1_turns[2].0), frev)
             .expect("fork of fork at one of its own Turns");
         forks.push((ff.session_id.clone(), f1.session_id.clone(), frev));
-        forks.push((ff2.session_id.clone(), f1.session_id.clone(), ff2.branch.through));
-        forks.push((ff3.session_id.clone(), f1.session_id.clone(), ff3.branch.through));
+        forks.push((
+            ff2.session_id.clone(),
+            f1.session_id.clone(),
+            ff2.branch.through,
+        ));
+        forks.push((
+            ff3.session_id.clone(),
+            f1.session_id.clone(),
+            ff3.branch.through,
+        ));
         // A fourth layer, then appends on every layer.
         let ffrev = revision(&root, &ff.session_id);
         let fff = fork(&root, &ff.session_id, "fff", ForkFrom::All, ffrev).expect("third level");
         forks.push((fff.session_id.clone(), ff.session_id.clone(), ffrev));
         for _ in 0..3 {
-            for s in [&sid, &f1.session_id, &ff.session_id, &ff2.session_id, &fff.session_id] {
+            for s in [
+                &sid,
+                &f1.session_id,
+                &ff.session_id,
+                &ff2.session_id,
+                &fff.session_id,
+            ] {
                 random_turn(&root, s, &mut rng, &mut n, &mut carry);
             }
         }
@@ -880,12 +903,24 @@ fn forks_of_forks_with_appends_on_every_layer_and_reopen() {
         let again = fork(&root, &f1.session_id, "ff", ForkFrom::All, frev).expect("repeat");
         assert_eq!(again, ff);
         for op in ["ff", "f1"] {
-            let t = send(&root, &ff.session_id, op, "a source's operation is free in the fork");
+            let t = send(
+                &root,
+                &ff.session_id,
+                op,
+                "a source's operation is free in the fork",
+            );
             assert_eq!(t.sequence, revision(&root, &ff.session_id));
             let settled = format!("[{}]", settle(&t.invocation));
             append(&root, &ff.session_id, &format!("{op}-settle"), &settled).expect("settle");
         }
-        for id in [&sid, &f1.session_id, &ff.session_id, &ff2.session_id, &ff3.session_id, &fff.session_id] {
+        for id in [
+            &sid,
+            &f1.session_id,
+            &ff.session_id,
+            &ff2.session_id,
+            &ff3.session_id,
+            &fff.session_id,
+        ] {
             snaps.push((id.clone(), snapshot(&root, id)));
         }
         // Layered forks hold only their own events.
@@ -897,7 +932,10 @@ fn forks_of_forks_with_appends_on_every_layer_and_reopen() {
                 .map(|e| e.expect("entry").metadata().expect("meta").len())
                 .sum()
         };
-        assert!(size(&f1_log) < size(&src_log), "the fork's log holds no copy");
+        assert!(
+            size(&f1_log) < size(&src_log),
+            "the fork's log holds no copy"
+        );
         root.verify().expect("verify walks layered forks");
     }
     let check = |root: &Root| {
