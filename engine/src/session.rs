@@ -662,7 +662,9 @@ impl Session {
         self.find_receipt(&mut map, operation)
     }
 
-    fn is_fork_op(&self, operation: &str) -> bool {
+    /// True when `operation` made a layered fork of this Session (its receipt is the fork's
+    /// Root log record, not a receipt in this log).
+    pub(crate) fn is_fork_op(&self, operation: &str) -> bool {
         self.fork_ops
             .lock()
             .unwrap_or_else(|p| p.into_inner())

@@ -975,3 +975,48 @@ fn forks_of_forks_with_appends_on_every_layer_and_reopen() {
         assert_prefix(&root, f, s, *t);
     }
 }
+
+#[test]
+fn a_fork_operation_is_taken_in_its_source_for_every_mutation_and_across_restarts() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("r");
+    let f = {
+        let root = open_root(&dir, 64 << 20);
+        let sid = create(&root, "src");
+        let t = send(&root, &sid, "s1", "q");
+        append(&root, &sid, "a1", &format!("[{}]", settle(&t.invocation))).expect("settle");
+        let rev = revision(&root, &sid);
+        fork(&root, &sid, "fk", ForkFrom::All, rev).expect("fork")
+    };
+    for _ in 0..2 {
+        let root = open_root(&dir, 64 << 20);
+        let s = root
+            .send(SendParams {
+                session_id: "src".into(),
+                operation: "fk".into(),
+                text: "x".into(),
+                attachments: vec![],
+            })
+            .expect_err("taken by the fork");
+        assert_eq!(s.kind(), ErrorKind::Conflict);
+        let p = root
+            .patch_receipt("src", "fk")
+            .expect_err("taken by the fork");
+        assert_eq!(p.kind(), ErrorKind::Conflict);
+        let rev = revision(&root, "src");
+        assert_eq!(
+            fork(&root, "src", "fk", ForkFrom::All, rev).expect("repeat"),
+            f
+        );
+        assert_eq!(
+            root.fork_receipt(ForkReceiptParams {
+                session_id: "src".into(),
+                operation: "fk".into()
+            })
+            .expect("receipt"),
+            Some(f.clone())
+        );
+        // In the fork itself the operation is free.
+        send(&root, &f.session_id, &format!("fk-{rev}"), "own");
+    }
+}
