@@ -2,9 +2,14 @@
 //!
 //! The source Session is built once with `NoSyncBulkImport` (then synced), from Turns of a
 //! user message, an assistant completion and a tool result of pseudo-random words (text that
-//! compresses like prose) and a settle. Each `fork` iteration forks the whole history (the fork
-//! is removed outside the timed part; every file of the fork is fsynced, as a Host needs);
-//! `copy_files` copies the Session directory with `std::fs::copy`, file by file, without any
+//! compresses like prose) and a settle, then every file of the Root is fsynced (the source is
+//! durable, as a Host's is). Each `fork` iteration forks the whole history, durably
+//! (a layered fork is committed by one fdatasynced Root log record; its directory is made on its
+//! first open, so there may be nothing to remove outside the timed part); `fork_then_open`
+//! also opens the fork and reads its last history page (the first open makes the fork's
+//! directory, fsynced, and derives its state at the fence from the source's);
+//! `append_fdatasync` is the floor of any durable fork on the same disk (a 160-byte append and
+//! one fdatasync); `copy_files` copies the Session directory with `std::fs::copy`, file by file, without any
 //! fsync; `copy_files_synced` also fsyncs every copied file and directory (the durable peer). `LOGBOOK_FORK_BENCH_MIB` sets the logical size (default 1024).
 #![allow(clippy::unwrap_used)]
 
@@ -86,6 +91,20 @@ fn build(dir: &Path, mib: u64) -> (Root, u64) {
     (root, rev)
 }
 
+/// fsyncs every file and directory under `dir`: the bulk-imported source becomes durable, as
+/// a Host's Session is, so no timed fdatasync waits for the import's writeback.
+fn sync_tree(dir: &Path) {
+    for e in std::fs::read_dir(dir).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            sync_tree(&e.path());
+        } else {
+            std::fs::File::open(e.path()).unwrap().sync_all().unwrap();
+        }
+    }
+    std::fs::File::open(dir).unwrap().sync_all().unwrap();
+}
+
 fn dir_bytes(dir: &Path) -> u64 {
     let mut n = 0;
     for e in std::fs::read_dir(dir).unwrap() {
@@ -119,6 +138,16 @@ fn copy_dir(from: &Path, to: &Path, sync: bool) {
     }
 }
 
+/// Keeps the disk small: a fork's directory (if it was made) goes; the bench never reopens
+/// the Root, so the Session registered for it is never opened again.
+fn remove_fork(root_dir: &Path, id: &str) {
+    match std::fs::remove_dir_all(root_dir.join("sessions").join(id)) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => panic!("remove fork {id}: {e}"),
+    }
+}
+
 fn bench_fork(c: &mut Criterion) {
     let mib: u64 = std::env::var("LOGBOOK_FORK_BENCH_MIB")
         .ok()
@@ -130,6 +159,7 @@ fn bench_fork(c: &mut Criterion) {
     let dir = tmp.path().join("root");
     let t = Instant::now();
     let (root, rev) = build(&dir, mib);
+    sync_tree(&dir);
     let src = dir.join("sessions/big");
     let on_disk = dir_bytes(&src);
     eprintln!(
@@ -155,12 +185,54 @@ fn bench_fork(c: &mut Criterion) {
                     })
                     .unwrap();
                 total += t.elapsed();
-                // Keep the disk small: the fork's files go (the bench never reopens the Root).
-                std::fs::remove_dir_all(dir.join("sessions").join(&f.session_id)).unwrap();
+                remove_fork(&dir, &f.session_id);
             }
             total
         })
     });
+    g.bench_function("fork_then_open", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                op += 1;
+                let t = Instant::now();
+                let f = root
+                    .fork(ForkParams {
+                        session_id: "big".into(),
+                        operation: format!("f{op}"),
+                        from: ForkFrom::All,
+                        revision: rev,
+                    })
+                    .unwrap();
+                let page = root
+                    .history(HistoryParams {
+                        session_id: f.session_id.clone(),
+                        through: None,
+                        after: None,
+                        limit: Some(16),
+                        anchor: None,
+                        direction: Some(Direction::Backward),
+                    })
+                    .unwrap();
+                total += t.elapsed();
+                assert_eq!(page.through, rev);
+                remove_fork(&dir, &f.session_id);
+            }
+            total
+        })
+    });
+    // The floor of any durable fork: one small append to a file, fdatasynced (what the Root
+    // log record that commits a fork costs), on the same file system in the same run.
+    let floor = tmp.path().join("fdatasync-floor");
+    let mut file = std::fs::File::create(&floor).unwrap();
+    g.bench_function("append_fdatasync", |b| {
+        use std::io::Write as _;
+        b.iter(|| {
+            file.write_all(&[7u8; 160]).unwrap();
+            file.sync_data().unwrap();
+        })
+    });
+    drop(file);
     let copies = tmp.path().join("copies");
     std::fs::create_dir(&copies).unwrap();
     let mut n = 0u64;

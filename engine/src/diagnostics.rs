@@ -331,7 +331,7 @@ impl Root {
                 p.operation, result.id, p.session_id
             )));
         }
-        if s.receipt(&p.operation)?.is_some() {
+        if s.receipt(&p.operation)?.is_some() || s.is_fork_op(&p.operation) {
             return Err(EngineError::conflict(format!(
                 "operation {:?} was already used in Session {} for another mutation",
                 p.operation, p.session_id

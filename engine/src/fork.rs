@@ -2,41 +2,57 @@
 //!
 //! # What a fork is
 //!
-//! `fork {sessionId, operation, from, revision}` copies the source's history through a fence
+//! `fork {sessionId, operation, from, revision}` makes a new Session (generated id, the
+//! source's workspace, no active work) whose history is the source's history through a fence
 //! `through` (the source's `turnSettled` of `from.invocation`, or the whole history for
-//! `{kind: "all"}`) into a new Session with a generated id, the source's workspace, and no
-//! active work. Copied events keep their sequences, so the fork's rows have the source's
-//! positions and a read of the fork under any fence `<= through` equals the same read of the
-//! source. Attachments are blobs of the Root's store, shared by digest (blobs are never
-//! deleted, so a fork can never lose one).
+//! `{kind: "all"}`), followed by whatever is appended to the fork itself. Events keep their
+//! sequences, so the fork's rows have the source's positions and a read of the fork under any
+//! fence `<= through` equals the same read of the source. Attachments are blobs of the Root's
+//! store, shared by digest (blobs are never deleted, so a fork can never lose one).
+//!
+//! # Layered forks (what this build writes)
+//!
+//! Nothing is copied. The fork's log starts with a base record (kind 4)
+//! `{source, through, turn, rows}`, and holds only what is appended after the fork; its
+//! indexes hold only its own entries. [`open_base`] opens the source when the fork is opened
+//! and keeps it in [`Base`]; the layered accessors of [`Inner`] and `Session::event_arc` send
+//! every read of a sequence `<= through` or a row ordinal `< rows` to the source's ordinary
+//! read path (recursively, for forks of forks). The source's events under the fence never
+//! change: its later appends go after them and sealing rewrites a segment with the same
+//! records, and reading through the source's `Log` (never by file name) is safe against both.
+//! The fork's state after the fence is derived from the source's state on open
+//! ([`base_state`]); search asks the source's postings for base rows.
+//!
+//! # Copied forks (first layout, still read)
+//!
+//! A fork written by an earlier build copied the prefix (hard links of sealed segments, the
+//! fence's segment copied or re-framed, then a marker record of kind 3) and the index prefixes.
+//! Such a Session reads nothing from its source; [`replay_marker`] applies the marker's rules.
 //!
 //! # How the branch is recorded
 //!
-//! Sequence 1 of the fork is the source's own `sessionCreated` (copied, so history stays
-//! equal under every fence). The branch `{sessionId, through, turn}` is recorded twice:
-//! in the Root log (a record of kind 17, which also registers the
-//! Session, so `sessions` / `sessionInfo` report it), and in the fork's own log as a
-//! marker record (kind 3) right after the copied records. The marker is not an event:
-//! it does not change the revision, publishes no row and does not appear in `watch`.
+//! Sequence 1 of a fork is the source's own `sessionCreated`. The branch
+//! `{sessionId, through, turn}` is recorded in the Root log (a record of kind 17, which also
+//! registers the Session, so `sessions` / `sessionInfo` report it) and in the fork's own log
+//! (base record or marker). Neither is an event: no revision change, no row, nothing in
+//! `watch`.
 //!
-//! # Rules the marker carries (state is a pure function of the log)
+//! # Fork rules (the state at the fence, as the fork sees it)
 //!
-//! - Receipts before the marker are the source's and are dropped: operations used in the
-//!   source never collide with operations on the fork (receipts are not inherited).
-//! - Pending interactions are dropped (the fork has no active work; copied Turns are settled
-//!   anyway). A copied, unresolved interaction can still be read with `interaction`.
-//! - `contextPrepared` events before the marker no longer count: copied history is not a
-//!   request the fork made, so `context` on a fork is null until the fork prepares its own.
-//! - Diagnostics are not copied: a fork starts with an empty diagnostics log.
+//! - Receipts of the source are not inherited: operations used in the source never collide
+//!   with operations on the fork.
+//! - Pending interactions are dropped (the fork has no active work; forked Turns are settled
+//!   anyway). A forked, unresolved interaction can still be read with `interaction`.
+//! - `contextPrepared` events under the fence no longer count: they were not requests the fork
+//!   made, so `context` on a fork is null until the fork prepares its own.
+//! - Diagnostics are not inherited: a fork starts with an empty diagnostics log.
 //!
 //! # Cost
 //!
-//! Sealed segments are immutable and are hard-linked. Only the segment holding the fence is
-//! written: the bytes of its frames up to the fence event (copied from the active file, or
-//! re-framed from the records of a sealed one), then the marker. The sequence and row index
-//! prefixes are copied from the source's mapped indexes and the state at the fence is derived
-//! from the source's state (every derived fact keeps the sequence it came from). So a fork
-//! costs O(index entries + state + one segment), never O(history bytes).
+//! A reservation receipt in the source (one fdatasync), one small file (the fork's first log
+//! segment) and its directories fsynced, one Root log record, one rename: O(1) in the size of
+//! the history. Opening the fork later costs O(state of the source) to derive the state at the
+//! fence, and nothing per event or row of the base.
 //!
 //! # Receipts and atomicity
 //!
@@ -54,22 +70,14 @@ use crate::error::EngineError;
 use crate::event::Branch;
 use crate::records::{self, Outcome};
 use crate::root::{lock, Entry, Root, Shared};
-use crate::session::{
-    Inner, Mutation, RECEIPT_ENTRY_BYTES, RECEIPT_TAG, ROW_ENTRY_BYTES, ROW_TAG, SEQ_ENTRY_BYTES,
-    SEQ_TAG,
-};
+use crate::session::{Base, Inner, Session};
 use crate::state::{InvocationState, State};
 use crate::validate::validate_id;
-use logbook_index::FixedIndex;
-use logbook_log::internals::{
-    encode_frame, encode_header, ACTIVE_FORMAT, FRAME_HEADER_BYTES, HEADER_BYTES,
-};
 use logbook_log::{Durability, Location};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
-use std::io::Read as _;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 const FORK_STAGING_PREFIX: &str = ".fork-";
 const SESSIONS_DIR: &str = "sessions";
@@ -133,7 +141,7 @@ type ForkKey = (String, String);
 #[derive(Default)]
 pub(crate) struct Extras {
     /// Committed forks: (source Session, operation) -> (params digest, result).
-    forks: Mutex<HashMap<ForkKey, ([u8; 32], ForkResult)>>,
+    pub(crate) forks: Mutex<HashMap<ForkKey, ([u8; 32], ForkResult)>>,
     /// Serialises forks (they are rare; building one takes milliseconds).
     fork_lock: Mutex<()>,
     pub(crate) diags: crate::diagnostics::DiagLogs,
@@ -144,6 +152,7 @@ pub(crate) fn load_record(
     path: &Path,
     payload: &[u8],
     extras: &Extras,
+    layered: bool,
 ) -> Result<(String, Entry, ForkRecord), EngineError> {
     let r: ForkRecord = records::decode(path, "a fork record", payload)?;
     lock(&extras.forks).insert(
@@ -159,6 +168,7 @@ pub(crate) fn load_record(
     let entry = Entry {
         workspace: r.workspace.clone(),
         branch: Some(r.branch.clone()),
+        layered,
         slot: Default::default(),
     };
     Ok((r.session_id.clone(), entry, r))
@@ -316,145 +326,91 @@ fn fork_params(p: &ForkParams) -> [u8; 32] {
     records::params_digest("fork", &(kind, inv, p.revision))
 }
 
-fn segment_name(n: u64, ext: &str) -> String {
-    format!("{n:020}.{ext}")
-}
-
-fn link_or_copy_segment(src_dir: &Path, dst_dir: &Path, n: u64) -> Result<(), EngineError> {
-    // The source's sealer may turn N.active into N.sealed at any moment: both are the same
-    // logical segment, try them in the order the sealer makes them.
-    for ext in ["sealed", "active", "sealed"] {
-        let from = src_dir.join(segment_name(n, ext));
-        let to = dst_dir.join(segment_name(n, ext));
-        match std::fs::hard_link(&from, &to) {
-            Ok(()) => return Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(EngineError::io(&to, "hard-link a sealed segment", e)),
-        }
-    }
-    Err(EngineError::corrupt(
-        src_dir,
-        format!("segment {n} of the source log has no file"),
-    ))
-}
-
-/// The logical bytes `[0, end)` of segment `n`: read from the active file, or re-framed from
-/// the records when the segment is sealed (offsets, kinds, payloads and batch flags are the
-/// same; the frames' checksums are recomputed by the same function the log uses).
-fn segment_prefix(
-    log: &logbook_log::Log,
-    n: u64,
-    end: u64,
-    last: Location,
-) -> Result<Vec<u8>, EngineError> {
-    let active = log.dir().join(segment_name(n, "active"));
-    match std::fs::File::open(&active) {
-        Ok(f) => {
-            let mut buf = Vec::with_capacity(end as usize);
-            f.take(end)
-                .read_to_end(&mut buf)
-                .map_err(|e| EngineError::io(&active, "read", e))?;
-            if buf.len() as u64 == end {
-                return Ok(buf);
-            }
-            // Shorter than published: cannot be (the log flushes before reads); refuse.
-            return Err(EngineError::corrupt(
-                &active,
-                format!(
-                    "active segment holds {} bytes, {end} were expected",
-                    buf.len()
-                ),
-            ));
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(EngineError::io(&active, "open", e)),
-    }
-    let mut buf = Vec::with_capacity(end as usize);
-    buf.extend_from_slice(&encode_header(ACTIVE_FORMAT, n));
-    for item in log.scan(Location {
-        segment: n,
-        offset: HEADER_BYTES,
-    }) {
-        let (loc, r, last_of_batch) = item?;
-        if loc.segment != n || loc > last {
-            break;
-        }
-        debug_assert_eq!(loc.offset, buf.len() as u64, "frames are back to back");
-        encode_frame(
-            &mut buf,
-            n,
-            loc.offset,
-            r.kind,
-            last_of_batch,
-            loc.offset,
-            &r.payload,
-        );
-        if loc == last {
-            break;
-        }
-    }
-    if buf.len() as u64 != end {
+/// The base of layered fork: `source` (open) through `through`. The base row count is the
+/// source's row count under the fence.
+pub(crate) fn open_base(
+    fork_dir: &Path,
+    session: Arc<Session>,
+    through: u64,
+) -> Result<Base, EngineError> {
+    let (revision, rows) = {
+        let inner = session.read();
+        let rev = inner.state.revision;
+        (rev, inner.rows_through(through.min(rev)))
+    };
+    if revision < through {
         return Err(EngineError::corrupt(
-            log.dir(),
+            fork_dir,
             format!(
-                "re-framing segment {n} gave {} bytes, {end} were expected",
-                buf.len()
+                "the fork's base is events 1..={through} of Session {}, which holds only {revision}",
+                session.id
             ),
         ));
     }
-    Ok(buf)
+    Ok(Base {
+        session,
+        through,
+        rows,
+    })
 }
 
-/// Search postings of segments wholly inside the fork (`search/seg-<segment>-row-<first
-/// row>.post`, 16 hex digits each) describe the same rows in the fork, under the same row
-/// ordinals: they are immutable derived files, so the fork shares them by hard link instead of
-/// rebuilding them on its first search. Anything else in `search/` is left to be rebuilt.
-fn link_search_postings(src: &Path, staging: &Path, fence_segment: u64) -> Result<(), EngineError> {
-    let from = src.join("search");
-    let Ok(entries) = std::fs::read_dir(&from) else {
-        return Ok(());
+/// The state of a layered fork right after its fence: the source's state cut at the fence,
+/// with the fork rules applied (no replay: every derived fact keeps its sequence).
+pub(crate) fn base_state(base: &Base) -> State {
+    let mut s = state_at(&base.session.read().state, base.through);
+    apply_fork_rules(&mut s);
+    s
+}
+
+/// Checks `revision` and settledness against the source's state; returns the fence and Turn.
+fn check_fence(p: &ForkParams, state: &State) -> Result<(u64, Option<String>), EngineError> {
+    if state.revision != p.revision {
+        return Err(EngineError::conflict(format!(
+            "Session {} is at revision {}, not {}; read it again and fork with its current revision",
+            p.session_id, state.revision, p.revision
+        )));
+    }
+    let (through, turn) = match &p.from {
+        ForkFrom::All => (state.revision, None),
+        ForkFrom::Turn { invocation } => {
+            let st = state.invocations.get(invocation).ok_or_else(|| {
+                EngineError::not_found(format!(
+                    "invocation {invocation:?} in Session {}",
+                    p.session_id
+                ))
+            })?;
+            if !st.settled {
+                return Err(EngineError::conflict(format!(
+                    "the Turn of invocation {invocation:?} is not settled; fork it once it is"
+                )));
+            }
+            (st.settled_at, Some(invocation.clone()))
+        }
     };
-    let to = staging.join("search");
-    let mut made = false;
-    for e in entries.flatten() {
-        let name = e.file_name();
-        let Some(n) = name.to_str() else { continue };
-        let segment = n
-            .strip_prefix("seg-")
-            .and_then(|r| r.strip_suffix(".post"))
-            .and_then(|r| r.split_once("-row-"))
-            .filter(|(a, b)| a.len() == 16 && b.len() == 16)
-            .and_then(|(a, b)| {
-                u64::from_str_radix(b, 16).ok()?;
-                u64::from_str_radix(a, 16).ok()
-            });
-        if segment.is_none_or(|s| s >= fence_segment) {
-            continue;
-        }
-        if !made {
-            std::fs::create_dir(&to).map_err(|e| EngineError::io(&to, "create directory", e))?;
-            made = true;
-        }
-        // Derived data: a file that vanished meanwhile is simply rebuilt later.
-        let _ = std::fs::hard_link(e.path(), to.join(&name));
+    // Every Turn inside the fence must be settled by it. For the whole history that is an
+    // empty queue; a Turn fence must also rule out Turns settled after it.
+    let unsettled: Option<&String> = match &p.from {
+        ForkFrom::All => state.queue.values().next(),
+        ForkFrom::Turn { .. } => state
+            .invocations
+            .iter()
+            .find(|(_, s)| s.message <= through && !(s.settled && s.settled_at <= through))
+            .map(|(inv, _)| inv),
+    };
+    if let Some(inv) = unsettled {
+        return Err(EngineError::conflict(format!(
+            "the Turn of invocation {inv:?} is inside the forked history but was not settled \
+             by sequence {through}; every forked Turn must be settled"
+        )));
     }
-    if made {
-        crate::fsutil::sync_dir(&to)?;
-    }
-    Ok(())
+    Ok((through, turn))
 }
 
-fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), EngineError> {
-    crate::state::write_file_synced(path, bytes).map_err(|e| EngineError::io(path, "write", e))
-}
-
-fn write_index(path: &Path, tag: [u8; 4], width: u32, entries: &[u8]) -> Result<(), EngineError> {
-    let mut ix = FixedIndex::create(path, tag, width)?;
-    for e in entries.chunks_exact(width as usize) {
-        ix.push(e);
-    }
-    ix.sync()?;
-    Ok(())
+fn used_for_another(p: &ForkParams) -> EngineError {
+    EngineError::conflict(format!(
+        "operation {:?} was already used in Session {} for another mutation",
+        p.operation, p.session_id
+    ))
 }
 
 impl Root {
@@ -476,89 +432,50 @@ impl Root {
             .get(&p.session_id)
             .map(|e| e.workspace.clone())
             .ok_or_else(|| EngineError::not_found(format!("Session {}", p.session_id)))?;
-        let mut build = |state: &State, _first: u64| {
-            if state.revision != p.revision {
-                return Err(EngineError::conflict(format!(
-                    "Session {} is at revision {}, not {}; read it again and fork with its current revision",
-                    p.session_id, state.revision, p.revision
-                )));
-            }
-            let (through, turn) = match &p.from {
-                ForkFrom::All => (state.revision, None),
-                ForkFrom::Turn { invocation } => {
-                    let st = state.invocations.get(invocation).ok_or_else(|| {
-                        EngineError::not_found(format!(
-                            "invocation {invocation:?} in Session {}",
-                            p.session_id
-                        ))
-                    })?;
-                    if !st.settled {
-                        return Err(EngineError::conflict(format!(
-                            "the Turn of invocation {invocation:?} is not settled; fork it once it is"
-                        )));
-                    }
-                    (st.settled_at, Some(invocation.clone()))
-                }
-            };
-            if let Some((inv, _)) = state
-                .invocations
-                .iter()
-                .find(|(_, s)| s.message <= through && !(s.settled && s.settled_at <= through))
-            {
-                return Err(EngineError::conflict(format!(
-                    "the Turn of invocation {inv:?} is inside the forked history but was not settled \
-                     by sequence {through}; every copied Turn must be settled"
-                )));
-            }
-            let id = loop {
-                let id = sh.ids.next("s-");
-                if !lock(&sh.registry).sessions.contains_key(&id) {
-                    break id;
-                }
-            };
-            Ok((
-                vec![],
-                Outcome::Fork {
-                    session_id: id,
-                    through,
-                    turn,
+        // Under the source's writer lock: no mutation of the source runs until the fork is
+        // committed and its operation is known to the source.
+        let result = source.with_writer(&p.operation, |state, receipt| {
+            let (new_id, through, turn) = match receipt {
+                // A reservation left by a build that made copied forks, never committed:
+                // commit the reserved fork (same id and fence), layered.
+                Some(r) if r.params == params => match r.outcome {
+                    Outcome::Fork {
+                        session_id,
+                        through,
+                        turn,
+                    } => (session_id, through, turn),
+                    _ => return Err(used_for_another(&p)),
                 },
-            ))
-        };
-        let outcome = source.mutate(Mutation {
-            operation: &p.operation,
-            params,
-            build: &mut build,
-        })?;
-        let Outcome::Fork {
-            session_id: new_id,
-            through,
-            turn,
-        } = outcome
-        else {
-            return Err(EngineError::conflict(format!(
-                "operation {:?} was already used in Session {} for another mutation",
-                p.operation, p.session_id
-            )));
-        };
-        failpoint("reserved");
-        let branch = Branch {
-            session_id: p.session_id.clone(),
-            through,
-            turn,
-        };
-        let sessions = sh.dir.join(SESSIONS_DIR);
-        let staging = sessions.join(format!("{FORK_STAGING_PREFIX}{new_id}"));
-        self.build_fork(&source, &staging, &branch)?;
-        failpoint("staged");
-        let record = ForkRecord {
-            session_id: new_id.clone(),
-            workspace: workspace.clone(),
-            branch: branch.clone(),
-            operation: p.operation.clone(),
-            params,
-        };
-        {
+                Some(_) => return Err(used_for_another(&p)),
+                None => {
+                    let (through, turn) = check_fence(&p, state)?;
+                    let id = loop {
+                        let id = sh.ids.next("s-");
+                        if !lock(&sh.registry).sessions.contains_key(&id) {
+                            break id;
+                        }
+                    };
+                    (id, through, turn)
+                }
+            };
+            failpoint("checked");
+            if sh.options.durability == Durability::NoSyncBulkImport {
+                // The fork reads the source's events through the fence: make them durable
+                // first (with Sync every acknowledged event already is).
+                source.log().sync()?;
+            }
+            let branch = Branch {
+                session_id: p.session_id.clone(),
+                through,
+                turn,
+            };
+            let record = ForkRecord {
+                session_id: new_id.clone(),
+                workspace: workspace.clone(),
+                branch: branch.clone(),
+                operation: p.operation.clone(),
+                params,
+            };
             let mut reg = lock(&sh.registry);
             if reg.sessions.contains_key(&new_id) {
                 return Err(EngineError::conflict(format!(
@@ -568,32 +485,32 @@ impl Root {
             }
             let payload = records::encode(&record);
             sh.root_log.append(&[logbook_log::Record {
-                kind: records::KIND_FORK_SESSION,
+                kind: records::KIND_LAYERED_FORK,
                 payload: &payload,
             }])?;
-            // Committed. The rename may still be interrupted: open finishes it.
+            // Committed: the record is the fork, its receipt and its base.
             failpoint("committed");
-            let dir = sessions.join(&new_id);
-            std::fs::rename(&staging, &dir)
-                .map_err(|e| EngineError::io(&dir, "rename into place", e))?;
-            crate::fsutil::sync_dir(&sessions)?;
             reg.sessions.insert(
                 new_id.clone(),
                 Entry {
                     workspace,
                     branch: Some(branch.clone()),
+                    layered: true,
                     slot: Default::default(),
                 },
             );
-        }
-        let result = ForkResult {
-            session_id: new_id,
-            branch,
-        };
-        lock(&sh.extras.forks).insert(
-            (p.session_id.clone(), p.operation.clone()),
-            (params, result.clone()),
-        );
+            drop(reg);
+            let result = ForkResult {
+                session_id: new_id,
+                branch,
+            };
+            lock(&sh.extras.forks).insert(
+                (p.session_id.clone(), p.operation.clone()),
+                (params, result.clone()),
+            );
+            source.add_fork_op(&p.operation);
+            Ok(result)
+        })?;
         Ok(result)
     }
 
@@ -627,124 +544,6 @@ impl Root {
         Ok(lock(&self.shared.extras.forks)
             .get(&(p.session_id, p.operation))
             .map(|(_, r)| r.clone()))
-    }
-
-    /// Builds the whole fork in `staging` (removed first if a crashed attempt left it) and
-    /// syncs every file and directory of it.
-    fn build_fork(
-        &self,
-        source: &crate::session::Session,
-        staging: &Path,
-        branch: &Branch,
-    ) -> Result<(), EngineError> {
-        let through = branch.through;
-        if staging.exists() {
-            std::fs::remove_dir_all(staging)
-                .map_err(|e| EngineError::io(staging, "remove a half-made fork", e))?;
-        }
-        let log_dir = staging.join("log");
-        std::fs::create_dir_all(&log_dir)
-            .map_err(|e| EngineError::io(&log_dir, "create directory", e))?;
-        // Index prefixes and state, under the source's read lock (they only grow).
-        let (seq_bytes, row_bytes, state, last) = {
-            let inner = source.read();
-            let last = inner.location(through).ok_or_else(|| {
-                EngineError::corrupt(
-                    source.dir(),
-                    format!("the sequence index has no event {through}"),
-                )
-            })?;
-            let mut seq = Vec::with_capacity((through * u64::from(SEQ_ENTRY_BYTES)) as usize);
-            for i in 0..through {
-                seq.extend_from_slice(inner.seq.get(i).expect("i < through <= len"));
-            }
-            let n_rows = inner.rows_through(through);
-            let mut rows = Vec::with_capacity((n_rows * u64::from(ROW_ENTRY_BYTES)) as usize);
-            for i in 0..n_rows {
-                rows.extend_from_slice(inner.rows.get(i).expect("i < rows_through"));
-            }
-            let mut state = state_at(&inner.state, through);
-            apply_fork_rules(&mut state);
-            (seq, rows, state, last)
-        };
-        let slog = source.log();
-        if self.shared.options.durability == Durability::NoSyncBulkImport {
-            // Published bytes may still sit in the writer's buffer.
-            slog.sync()?;
-        }
-        for n in slog.start().segment..last.segment {
-            link_or_copy_segment(slog.dir(), &log_dir, n)?;
-            failpoint("linking");
-        }
-        link_search_postings(source.dir(), staging, last.segment)?;
-        let last_record = slog.read(last)?;
-        let end = last.offset + FRAME_HEADER_BYTES + last_record.payload.len() as u64;
-        let mut seg = segment_prefix(slog, last.segment, end, last)?;
-        let marker = records::encode(&ForkMarker {
-            source: branch.session_id.clone(),
-            through,
-            turn: branch.turn.clone(),
-        });
-        encode_frame(
-            &mut seg,
-            last.segment,
-            end,
-            records::KIND_FORK,
-            true,
-            end,
-            &marker,
-        );
-        // Each file is written and fsynced on its own thread: the syncs overlap.
-        let seg_path = log_dir.join(segment_name(last.segment, "active"));
-        let results: Vec<Result<(), EngineError>> = std::thread::scope(|sc| {
-            let jobs = vec![
-                sc.spawn(|| {
-                    write_synced(&seg_path, &seg)?;
-                    crate::fsutil::sync_dir(&log_dir)
-                }),
-                sc.spawn(|| {
-                    write_index(
-                        &staging.join("seq.idx"),
-                        SEQ_TAG,
-                        SEQ_ENTRY_BYTES,
-                        &seq_bytes,
-                    )
-                }),
-                sc.spawn(|| {
-                    write_index(
-                        &staging.join("row.idx"),
-                        ROW_TAG,
-                        ROW_ENTRY_BYTES,
-                        &row_bytes,
-                    )
-                }),
-                sc.spawn(|| {
-                    write_index(
-                        &staging.join("receipt.idx"),
-                        RECEIPT_TAG,
-                        RECEIPT_ENTRY_BYTES,
-                        &[],
-                    )
-                }),
-                sc.spawn(|| state.save(&staging.join("state.ckpt"))),
-            ];
-            jobs.into_iter()
-                .map(|j| {
-                    j.join().unwrap_or_else(|_| {
-                        Err(EngineError::io(
-                            staging,
-                            "write a fork file",
-                            std::io::Error::other("the writer thread panicked"),
-                        ))
-                    })
-                })
-                .collect()
-        });
-        for r in results {
-            r?;
-        }
-        crate::fsutil::sync_dir(staging)?;
-        Ok(())
     }
 }
 

@@ -101,6 +101,11 @@ impl Root {
     ) -> Result<Option<PatchInfo>, EngineError> {
         validate_id("operation", operation)?;
         let s = self.session(session_id)?;
+        if s.is_fork_op(operation) {
+            return Err(EngineError::conflict(format!(
+                "operation {operation:?} already forked Session {session_id}; use a new operation"
+            )));
+        }
         match s.receipt(operation)? {
             None => Ok(None),
             Some(r) if r.params == snapshot_params() => info_of(r.outcome, operation).map(Some),

@@ -18,6 +18,9 @@ pub(crate) const KIND_SESSION: u8 = 16;
 /// Root log: a forked Session's registration, which is also the fork's receipt
 /// (`crate::fork::ForkRecord`).
 pub(crate) const KIND_FORK_SESSION: u8 = 17;
+/// Root log: a layered fork's registration (`crate::fork::ForkRecord`), which is also the
+/// fork's receipt and its base (source and fence); written by this build.
+pub(crate) const KIND_LAYERED_FORK: u8 = 18;
 
 #[derive(Serialize)]
 pub(crate) struct EventRecordRef<'a> {

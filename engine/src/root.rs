@@ -75,6 +75,8 @@ pub(crate) type SessionSlot = Arc<Mutex<Option<Arc<Session>>>>;
 pub(crate) struct Entry {
     pub(crate) workspace: Option<String>,
     pub(crate) branch: Option<Branch>,
+    /// A layered fork: `branch` is its base, read from the source (see `crate::fork`).
+    pub(crate) layered: bool,
     pub(crate) slot: SessionSlot,
 }
 
@@ -343,12 +345,16 @@ impl Root {
         let mut last_fork = None;
         for item in root_log.scan(root_log.start()) {
             let (loc, record, _) = item?;
-            if record.kind == records::KIND_FORK_SESSION {
+            if record.kind == records::KIND_FORK_SESSION
+                || record.kind == records::KIND_LAYERED_FORK
+            {
+                let layered = record.kind == records::KIND_LAYERED_FORK;
                 let (id, entry, fork) =
-                    crate::fork::load_record(root_log.dir(), &record.payload, &extras)?;
+                    crate::fork::load_record(root_log.dir(), &record.payload, &extras, layered)?;
                 registry.sessions.insert(id, entry);
                 last = None;
-                last_fork = Some(fork);
+                // Only a copied fork has a staging directory to finish on open.
+                last_fork = (!layered).then_some(fork);
                 continue;
             }
             if record.kind != records::KIND_SESSION {
@@ -367,6 +373,7 @@ impl Root {
                 Entry {
                     workspace: r.workspace.clone(),
                     branch: r.branch.clone(),
+                    layered: false,
                     slot: Arc::default(),
                 },
             );
@@ -477,6 +484,7 @@ impl Root {
             Entry {
                 workspace: p.workspace,
                 branch: None,
+                layered: false,
                 slot: Arc::default(),
             },
         );
@@ -903,19 +911,31 @@ impl Shared {
     }
 
     pub(crate) fn session(&self, id: &str) -> Result<Arc<Session>, EngineError> {
-        let slot = {
+        let (slot, layered) = {
             let reg = lock(&self.registry);
-            reg.sessions
+            let e = reg
+                .sessions
                 .get(id)
-                .ok_or_else(|| EngineError::not_found(format!("Session {id}")))?
-                .slot
-                .clone()
+                .ok_or_else(|| EngineError::not_found(format!("Session {id}")))?;
+            let layered = if e.layered { e.branch.clone() } else { None };
+            (e.slot.clone(), layered)
         };
         let mut slot = lock(&slot);
         if let Some(s) = slot.as_ref() {
             return Ok(Arc::clone(s));
         }
         let dir = self.dir.join(SESSIONS_DIR).join(id);
+        let base = match layered {
+            Some(b) => {
+                self.check_chain(id, &b.session_id)?;
+                let source = self.session(&b.session_id)?;
+                if !dir.is_dir() {
+                    self.make_fork_dir(id)?;
+                }
+                Some(crate::fork::open_base(&dir, source, b.through)?)
+            }
+            None => None,
+        };
         if !dir.is_dir() {
             return Err(EngineError::corrupt(
                 &dir,
@@ -926,8 +946,14 @@ impl Shared {
             id,
             &dir,
             self.log_config(),
+            base,
             self.options.progress.clone(),
         )?);
+        for (source, operation) in lock(&self.extras.forks).keys() {
+            if source == id {
+                s.add_fork_op(operation);
+            }
+        }
         *slot = Some(Arc::clone(&s));
         lock(&self.opened).push(Arc::clone(&s));
         Ok(s)
@@ -935,6 +961,52 @@ impl Shared {
 
     /// Makes the Session directory for a registered Session unless it exists: built under a
     /// staging name (ids never start with '.') and renamed into place, so it appears whole.
+    /// Following the sources from layered fork `id`'s source must never come back to `id`
+    /// (only a damaged Root log could say so; opening would never finish).
+    fn check_chain(&self, id: &str, source: &str) -> Result<(), EngineError> {
+        let reg = lock(&self.registry);
+        let mut at = source;
+        for _ in 0..=reg.sessions.len() {
+            if at == id {
+                return Err(EngineError::corrupt(
+                    self.dir.join(SESSIONS_DIR).join(id),
+                    "the Root log's chain of fork sources comes back to this fork",
+                ));
+            }
+            match reg.sessions.get(at).and_then(|e| e.branch.as_ref()) {
+                Some(b) => at = &b.session_id,
+                None => break,
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes the directory of layered fork `id` on its first open: an empty log under
+    /// `sessions/.fork-<id>` (a half-made one from a crash is removed first), synced, renamed
+    /// into place, `sessions/` synced. Everything in it is derived from the Root log record.
+    fn make_fork_dir(&self, id: &str) -> Result<(), EngineError> {
+        let sessions = self.dir.join(SESSIONS_DIR);
+        let staging = crate::fork::staging_dir(&self.dir, id);
+        if staging.exists() {
+            std::fs::remove_dir_all(&staging)
+                .map_err(|e| EngineError::io(&staging, "remove a half-made fork", e))?;
+        }
+        std::fs::create_dir(&staging)
+            .map_err(|e| EngineError::io(&staging, "create directory", e))?;
+        drop(Log::create(&staging.join("log"), self.log_config())?);
+        let durable = self.options.durability == Durability::Sync;
+        if durable {
+            crate::fsutil::sync_dir(&staging)?;
+        }
+        let dir = sessions.join(id);
+        std::fs::rename(&staging, &dir)
+            .map_err(|e| EngineError::io(&dir, "rename into place", e))?;
+        if durable {
+            crate::fsutil::sync_dir(&sessions)?;
+        }
+        Ok(())
+    }
+
     fn materialize(&self, r: &SessionRecord) -> Result<(), EngineError> {
         let sessions = self.dir.join(SESSIONS_DIR);
         let dir = sessions.join(&r.session_id);

@@ -331,46 +331,7 @@ impl Session {
                 return Ok(Some(SearchCursor { row, field, offset }));
             }
             lookups += 1;
-            let source = if row >= tail.covered {
-                Source::Uncovered
-            } else if row >= tail.first_row {
-                Source::Tail(tail)
-            } else {
-                let seg = segment_of_row(self, page.inner, row)?;
-                Source::Sealed(seg, self.search.sealed(self, page.inner, seg, false)?)
-            };
-            let (first, end) = match &source {
-                Source::Tail(t) => (t.first_row, t.covered),
-                Source::Sealed(_, s) => (s.first_row, s.end_row),
-                Source::Uncovered => (tail.covered, n),
-            };
-            let end = end.min(n);
-            if row < first || row >= end {
-                return Err(EngineError::corrupt(
-                    self.dir().join(SEARCH_DIR),
-                    format!("row {row} is outside its postings range {first}..{end}"),
-                ));
-            }
-            let from_doc = u32::try_from(row - first).expect("a segment's rows fit in u32");
-            let docs = match &source {
-                Source::Tail(t) => plan.candidates(from_doc, |k, f, l| {
-                    Ok::<_, EngineError>(t.builder.candidates(k, f, l))
-                })?,
-                Source::Sealed(seg, s) => {
-                    match plan.candidates(from_doc, |k, f, l| s.candidates(k, f, l)) {
-                        Ok(d) => d,
-                        // A damaged file: rebuild it from the log and ask again.
-                        Err(_) => {
-                            let s = self.search.sealed(self, page.inner, *seg, true)?;
-                            plan.candidates(from_doc, |k, f, l| s.candidates(k, f, l))?
-                        }
-                    }
-                }
-                Source::Uncovered => {
-                    let to = (row + CANDIDATE_BATCH as u64).min(end);
-                    (from_doc..u32::try_from(to - first).expect("batch fits")).collect()
-                }
-            };
+            let (first, end, docs) = self.candidate_batch(page.inner, plan, tail, row, n)?;
             let batch_full = docs.len() == CANDIDATE_BATCH;
             let mut reached_end = !batch_full;
             for d in docs {
@@ -399,5 +360,76 @@ impl Session {
             }
         }
         Ok(None)
+    }
+
+    /// One batch of candidates for rows `row..n`: `(first, end, docs)`, where the docs are
+    /// ascending offsets from `first` of rows that may match, all `>= row`, and `end` bounds
+    /// the rows this batch's postings cover. A layered fork's base rows are answered by the
+    /// source, with the source's own postings (recursively).
+    fn candidate_batch(
+        &self,
+        inner: &Inner,
+        plan: &Plan,
+        tail: &Tail,
+        row: u64,
+        n: u64,
+    ) -> Result<(u64, u64, Vec<u32>), EngineError> {
+        if let Some(b) = inner.base.as_ref().filter(|b| row < b.rows) {
+            return b.session.base_candidates(plan, row, n.min(b.rows));
+        }
+        let source = if row >= tail.covered {
+            Source::Uncovered
+        } else if row >= tail.first_row {
+            Source::Tail(tail)
+        } else {
+            let seg = segment_of_row(self, inner, row)?;
+            Source::Sealed(seg, self.search.sealed(self, inner, seg, false)?)
+        };
+        let (first, end) = match &source {
+            Source::Tail(t) => (t.first_row, t.covered),
+            Source::Sealed(_, s) => (s.first_row, s.end_row),
+            Source::Uncovered => (tail.covered, n),
+        };
+        let end = end.min(n);
+        if row < first || row >= end {
+            return Err(EngineError::corrupt(
+                self.dir().join(SEARCH_DIR),
+                format!("row {row} is outside its postings range {first}..{end}"),
+            ));
+        }
+        let from_doc = u32::try_from(row - first).expect("a segment's rows fit in u32");
+        let docs = match &source {
+            Source::Tail(t) => plan.candidates(from_doc, |k, f, l| {
+                Ok::<_, EngineError>(t.builder.candidates(k, f, l))
+            })?,
+            Source::Sealed(seg, s) => {
+                match plan.candidates(from_doc, |k, f, l| s.candidates(k, f, l)) {
+                    Ok(d) => d,
+                    // A damaged file: rebuild it from the log and ask again.
+                    Err(_) => {
+                        let s = self.search.sealed(self, inner, *seg, true)?;
+                        plan.candidates(from_doc, |k, f, l| s.candidates(k, f, l))?
+                    }
+                }
+            }
+            Source::Uncovered => {
+                let to = (row + CANDIDATE_BATCH as u64).min(end);
+                (from_doc..u32::try_from(to - first).expect("batch fits")).collect()
+            }
+        };
+        Ok((first, end, docs))
+    }
+
+    /// [`Session::candidate_batch`] on this Session, as the base of a layered fork.
+    fn base_candidates(
+        &self,
+        plan: &Plan,
+        row: u64,
+        n: u64,
+    ) -> Result<(u64, u64, Vec<u32>), EngineError> {
+        let tail_guard = self.search.ready(self)?;
+        let tail = tail_guard.as_ref().expect("ready() returns a loaded tail");
+        let inner = self.read();
+        self.candidate_batch(&inner, plan, tail, row, n)
     }
 }

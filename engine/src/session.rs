@@ -20,7 +20,7 @@ use crate::search::SearchIndex;
 use crate::state::State;
 use logbook_index::FixedIndex;
 use logbook_log::{Durability, Location, Log, LogConfig, Record};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -119,49 +119,118 @@ fn kind_code(e: &Event) -> u8 {
         .expect("every kind is listed") as u8
 }
 
+/// The immutable prefix a layered fork reads from its source (see `crate::fork`): sequences
+/// `1..=through` and row ordinals `0..rows` are the source's, read through the source's own
+/// read path (which recurses when the source is a layered fork too).
+pub(crate) struct Base {
+    pub session: Arc<Session>,
+    pub through: u64,
+    pub rows: u64,
+}
+
 /// The derived, lock-protected part of a Session.
+///
+/// `seq` and `rows` hold this Session's own entries: for a layered fork (`base` set) entry
+/// `i` of `seq` is sequence `base.through + 1 + i` and entry `i` of `rows` is row ordinal
+/// `base.rows + i`. The row and kind accessors below are layered: they answer for every
+/// sequence and row ordinal of the Session, asking the base for the ones below the fence.
+/// Lock order: a fork's `inner` before its source's (a source never locks its forks).
 pub(crate) struct Inner {
     pub seq: FixedIndex,
     pub rows: FixedIndex,
     pub receipts: FixedIndex,
     pub state: State,
+    pub base: Option<Base>,
 }
 
 impl Inner {
+    /// Last sequence read from the base (0 for a Session without one).
+    pub(crate) fn seq_base(&self) -> u64 {
+        self.base.as_ref().map_or(0, |b| b.through)
+    }
+
+    /// Number of rows read from the base (0 for a Session without one).
+    pub(crate) fn row_base(&self) -> u64 {
+        self.base.as_ref().map_or(0, |b| b.rows)
+    }
+
+    /// The base, when `sequence` lies in it.
+    fn base_of_seq(&self, sequence: u64) -> Option<&Base> {
+        self.base.as_ref().filter(|b| sequence <= b.through)
+    }
+
+    /// Location of event `sequence` in this Session's OWN log (None for a base sequence).
     pub(crate) fn location(&self, sequence: u64) -> Option<Location> {
-        let e = self.seq.get(sequence.checked_sub(1)?)?;
+        let e = self.seq.get(sequence.checked_sub(self.seq_base() + 1)?)?;
         Some(entry_loc(e, 0))
     }
 
     pub(crate) fn event_kind(&self, sequence: u64) -> Option<&'static str> {
-        let e = self.seq.get(sequence.checked_sub(1)?)?;
+        if let Some(b) = self.base_of_seq(sequence) {
+            return b.session.read().event_kind(sequence);
+        }
+        let e = self.seq.get(sequence.checked_sub(self.seq_base() + 1)?)?;
         EVENT_KINDS.get(usize::from(*e.get(16)?)).copied()
     }
 
     pub(crate) fn row(&self, ordinal: u64) -> Option<RowEntry> {
-        RowEntry::decode(self.rows.get(ordinal)?)
+        match &self.base {
+            Some(b) if ordinal < b.rows => b.session.read().row(ordinal),
+            _ => RowEntry::decode(self.rows.get(ordinal - self.row_base())?),
+        }
+    }
+
+    /// Number of rows of the Session (base rows included).
+    pub(crate) fn row_count(&self) -> u64 {
+        self.row_base() + self.rows.len()
     }
 
     /// Number of rows whose source sequence is `<= through`.
     pub(crate) fn rows_through(&self, through: u64) -> u64 {
-        self.rows.partition_point(|e| RowEntry::key(e).0 <= through)
+        if let Some(b) = self.base_of_seq(through) {
+            return b.session.read().rows_through(through).min(b.rows);
+        }
+        self.row_base() + self.rows.partition_point(|e| RowEntry::key(e).0 <= through)
     }
 
     /// First row ordinal whose position is `>= (seq, item)`.
     pub(crate) fn row_lower_bound(&self, seq: u64, item: u32) -> u64 {
-        self.rows
-            .partition_point(|e| RowEntry::key(e) < (seq, item))
+        if let Some(b) = self.base_of_seq(seq) {
+            return b.session.read().row_lower_bound(seq, item).min(b.rows);
+        }
+        self.row_base()
+            + self
+                .rows
+                .partition_point(|e| RowEntry::key(e) < (seq, item))
     }
 
     /// First row ordinal whose position is `> (seq, item)`.
     pub(crate) fn row_upper_bound(&self, seq: u64, item: u32) -> u64 {
-        self.rows
-            .partition_point(|e| RowEntry::key(e) <= (seq, item))
+        if let Some(b) = self.base_of_seq(seq) {
+            return b.session.read().row_upper_bound(seq, item).min(b.rows);
+        }
+        self.row_base()
+            + self
+                .rows
+                .partition_point(|e| RowEntry::key(e) <= (seq, item))
+    }
+
+    /// First own row ordinal (global) whose event lies in own log segment `>= segment`.
+    pub(crate) fn first_row_of_segment(&self, segment: u64) -> u64 {
+        self.row_base()
+            + self.rows.partition_point(|e| {
+                self.location(RowEntry::key(e).0)
+                    .is_some_and(|l| l.segment < segment)
+            })
     }
 
     /// Folds one event in: sequence index, rows (hidden flags from the state so far), state.
     fn index_event(&mut self, sequence: u64, loc: Location, event: &Event) {
-        debug_assert_eq!(self.seq.len() + 1, sequence, "seq.idx is dense");
+        debug_assert_eq!(
+            self.seq_base() + self.seq.len() + 1,
+            sequence,
+            "seq.idx is dense"
+        );
         self.seq.push(&loc_entry(loc, kind_code(event)));
         for (i, row) in rows_of(event).iter().enumerate() {
             let hidden = row.internal
@@ -267,6 +336,9 @@ pub(crate) struct Session {
     cache: Mutex<EventCache>,
     /// Trigram postings for search, loaded on first use (see [`crate::search`]).
     pub(crate) search: SearchIndex,
+    /// Operations of this Session that made layered forks (their receipt is the fork's Root
+    /// log record): a mutation under one of them is a conflict, as for a stored receipt.
+    fork_ops: Mutex<HashSet<String>>,
     /// Where index rebuilds report their progress.
     pub(crate) progress: ProgressSink,
 }
@@ -314,10 +386,12 @@ impl Session {
     }
 
     /// Opens a Session's files with this log configuration (the segment size is a Root option).
+    /// `base` is the source prefix of a layered fork (from its Root log record).
     pub(crate) fn open_with(
         id: &str,
         dir: &Path,
         config: LogConfig,
+        base: Option<Base>,
         progress: ProgressSink,
     ) -> Result<Session, EngineError> {
         let segment_bytes = config.segment_bytes_max;
@@ -332,6 +406,7 @@ impl Session {
             rows,
             receipts,
             state,
+            base,
         };
         let start = Self::resume_point(&log, &mut inner, f1 || f2 || f3, cover)?;
         let session = Session {
@@ -346,6 +421,7 @@ impl Session {
             damaged: AtomicBool::new(false),
             cache: Mutex::new(EventCache::default()),
             search: SearchIndex::new(dir),
+            fork_ops: Mutex::new(HashSet::new()),
             progress,
         };
         session.replay_tail(start, segment_bytes)?;
@@ -369,24 +445,30 @@ impl Session {
         cover: crate::state::Coverage,
     ) -> Result<Option<Location>, EngineError> {
         let c = inner.state.revision;
-        let trusted = c > 0
+        let own = c.saturating_sub(inner.seq_base());
+        // A layered fork's checkpoint must cover at least one own event: the resume point is
+        // an event of the own log.
+        let trusted = own > 0
             && !fresh_index
-            && inner.seq.len() >= c
+            && inner.seq.len() >= own
             && inner.rows.len() >= cover.rows
             && inner.receipts.len() >= cover.receipts
             && inner
                 .location(c)
                 .is_some_and(|loc| loc < log.end() && Self::is_event_at(log, loc, c));
         if !trusted {
-            inner.state = State::default();
+            inner.state = match &inner.base {
+                Some(b) => crate::fork::base_state(b),
+                None => State::default(),
+            };
             inner.seq.truncate(0)?;
             inner.rows.truncate(0)?;
             inner.receipts.truncate(0)?;
             return Ok(None);
         }
         let loc_c = inner.location(c).expect("checked above");
-        inner.seq.truncate(c)?;
-        let keep_rows = inner.rows_through(c);
+        inner.seq.truncate(own)?;
+        let keep_rows = inner.rows_through(c) - inner.row_base();
         inner.rows.truncate(keep_rows)?;
         let keep_receipts = inner.receipts.partition_point(|e| entry_loc(e, 8) <= loc_c);
         inner.receipts.truncate(keep_receipts)?;
@@ -495,6 +577,10 @@ impl Session {
         inner: &Inner,
         sequence: u64,
     ) -> Result<Arc<Event>, EngineError> {
+        if let Some(b) = inner.base_of_seq(sequence) {
+            // Below the fence: the source's event (cached there, not twice).
+            return b.session.event_arc(&b.session.read(), sequence);
+        }
         if let Some(e) = lock_cache(&self.cache).get(sequence) {
             return Ok(e);
         }
@@ -595,6 +681,36 @@ impl Session {
         self.find_receipt(&mut map, operation)
     }
 
+    /// True when `operation` made a layered fork of this Session (its receipt is the fork's
+    /// Root log record, not a receipt in this log).
+    pub(crate) fn is_fork_op(&self, operation: &str) -> bool {
+        self.fork_ops
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(operation)
+    }
+
+    /// Records that `operation` made a layered fork of this Session (see `fork_ops`).
+    pub(crate) fn add_fork_op(&self, operation: &str) {
+        self.fork_ops
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(operation.to_owned());
+    }
+
+    /// Runs `f` under the writer lock (no mutation of this Session runs meanwhile) with the
+    /// state and the stored receipt of `operation`, if any.
+    pub(crate) fn with_writer<R>(
+        &self,
+        operation: &str,
+        f: impl FnOnce(&State, Option<Receipt>) -> Result<R, EngineError>,
+    ) -> Result<R, EngineError> {
+        let mut map = self.writer();
+        let receipt = self.find_receipt(&mut map, operation)?;
+        let inner = self.read();
+        f(&inner.state, receipt)
+    }
+
     /// Applies a mutation once: a repeat with the same parameters returns the stored outcome,
     /// with other parameters fails with Conflict. Events and receipt go in one log batch.
     pub(crate) fn mutate(&self, m: Mutation<'_>) -> Result<Outcome, EngineError> {
@@ -606,6 +722,12 @@ impl Session {
             return Err(EngineError::conflict(format!(
                 "operation {:?} was already used in Session {} with other parameters; \
                  use a new operation for a new request",
+                m.operation, self.id
+            )));
+        }
+        if self.is_fork_op(m.operation) {
+            return Err(EngineError::conflict(format!(
+                "operation {:?} already forked Session {}; use a new operation for a new request",
                 m.operation, self.id
             )));
         }
@@ -644,7 +766,7 @@ impl Session {
         let first_row;
         {
             let mut inner = self.write();
-            first_row = inner.rows.len();
+            first_row = inner.row_count();
             for (i, p) in events.iter().enumerate() {
                 inner.index_event(first + i as u64, locs[i], &p.event);
             }
@@ -702,8 +824,11 @@ impl Session {
                 format!("{what}; delete the Session's .idx and .ckpt files to rebuild them"),
             )
         };
-        let mut state = State::default();
-        let (mut row, mut receipt) = (0u64, 0u64);
+        let mut state = match &inner.base {
+            Some(b) => crate::fork::base_state(b),
+            None => State::default(),
+        };
+        let (mut row, mut receipt) = (inner.row_base(), 0u64);
         let mut receipts: Vec<(u64, Location)> = Vec::new();
         for item in self.log.scan(self.log.start()) {
             let (loc, record, _) = item?;
@@ -720,7 +845,8 @@ impl Session {
                             format!("event {} out of order at {loc:?}", er.sequence),
                         ));
                     }
-                    if inner.seq.get(er.sequence - 1)
+                    let own = er.sequence.checked_sub(inner.seq_base() + 1);
+                    if own.and_then(|i| inner.seq.get(i))
                         != Some(&loc_entry(loc, kind_code(&er.event))[..])
                     {
                         return Err(mismatch(format!(
@@ -775,7 +901,7 @@ impl Session {
             }
             receipt += 1;
         }
-        if state != inner.state || row != inner.rows.len() || receipt != inner.receipts.len() {
+        if state != inner.state || row != inner.row_count() || receipt != inner.receipts.len() {
             return Err(mismatch(
                 "derived state or index lengths differ from the log".into(),
             ));

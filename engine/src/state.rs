@@ -138,13 +138,9 @@ impl State {
         self.internal_calls.contains_key(id)
     }
 
-    /// Writes the checkpoint atomically: temporary file, fsync, rename, fsync of the directory.
-    pub(crate) fn save(&self, path: &Path) -> Result<(), EngineError> {
-        self.save_covering(path, Coverage::default())
-    }
-
-    /// As [`State::save`], recording how long the row and receipt indexes were when it was
-    /// taken, so an index found shorter on open is rebuilt rather than trusted.
+    /// Writes the checkpoint atomically (temporary file, fsync, rename, fsync of the
+    /// directory), recording how long the row and receipt indexes were when it was taken, so
+    /// an index found shorter on open is rebuilt rather than trusted.
     pub(crate) fn save_covering(&self, path: &Path, cover: Coverage) -> Result<(), EngineError> {
         let payload = postcard::to_allocvec(&(self, cover)).map_err(|e| {
             EngineError::corrupt(path, format!("cannot encode the state checkpoint: {e}"))
@@ -231,7 +227,7 @@ mod tests {
                 outcome: crate::event::Outcome::Failed,
             }),
         );
-        s.save(&path).expect("save");
+        s.save_covering(&path, Coverage::default()).expect("save");
         assert_eq!(State::load(&path), Some(s.clone()));
         let good = std::fs::read(&path).expect("read");
         for i in 0..good.len() {

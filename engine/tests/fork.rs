@@ -562,7 +562,7 @@ fn crash_points_leave_no_fork_or_a_whole_one() {
         let _ = fork(&root, "src", "crash-op", ForkFrom::All, rev);
         std::process::exit(0);
     }
-    for point in ["reserved", "linking", "staged", "committed"] {
+    for point in ["checked", "committed"] {
         let tmp = tempfile::tempdir().expect("tmp");
         let dir = tmp.path().join("r");
         let rev = build_source(&dir);
@@ -723,4 +723,300 @@ fn fork_from_a_sealed_segment_and_fork_of_a_fork() {
         assert_whole(&root, x);
     }
     root.verify().expect("verify");
+}
+
+/// Every hit of `query` under `through`, paged with a small limit (pages cross the boundary
+/// between a fork's base and its own rows).
+fn all_hits(root: &Root, sid: &str, query: &str, through: u64) -> Vec<SearchHit> {
+    let mut out = Vec::new();
+    let mut after = None;
+    loop {
+        let p = root
+            .search(SearchParams {
+                session_id: sid.into(),
+                query: query.into(),
+                case_sensitive: None,
+                whole_word: None,
+                through: Some(through),
+                after,
+                limit: Some(3),
+            })
+            .expect("search");
+        assert_eq!(p.through, through);
+        out.extend(p.hits);
+        match p.next_after {
+            None => return out,
+            a => after = a,
+        }
+    }
+}
+
+/// Everything a client can read of a Session at its current revision.
+#[derive(Debug, PartialEq)]
+struct Snapshot {
+    revision: u64,
+    events: Vec<Event>,
+    rows: Vec<Row>,
+    hits: Vec<SearchHit>,
+    kinds: Vec<String>,
+    back: Vec<Row>,
+}
+
+fn snapshot(root: &Root, sid: &str) -> Snapshot {
+    let revision = revision(root, sid);
+    let w = root
+        .watch(WatchParams {
+            session_id: sid.into(),
+            after: Some(0),
+            timeout_ms: Some(0),
+        })
+        .expect("watch");
+    let mut back = Vec::new();
+    let mut after = None;
+    loop {
+        let p = hist(root, sid, Some(revision), after, 4, Direction::Backward);
+        back.extend(p.rows);
+        match p.next_after {
+            None => break,
+            a => after = a,
+        }
+    }
+    Snapshot {
+        revision,
+        events: events_through(root, sid, revision),
+        rows: all_rows(root, sid, revision),
+        hits: all_hits(root, sid, "ANSWER", revision),
+        kinds: w.events.into_iter().map(|e| e.kind).collect(),
+        back,
+    }
+}
+
+/// The part of a source that a fork with fence `through` shows: the fork read under its
+/// fence equals the source read under the same fence.
+fn assert_prefix(root: &Root, fork: &str, source: &str, through: u64) {
+    assert_eq!(
+        events_through(root, fork, through),
+        events_through(root, source, through)
+    );
+    assert_eq!(
+        all_rows(root, fork, through),
+        all_rows(root, source, through)
+    );
+    assert_eq!(
+        all_hits(root, fork, "answer", through),
+        all_hits(root, source, "answer", through)
+    );
+    assert_eq!(
+        all_hits(root, fork, "RESULT", through),
+        all_hits(root, source, "RESULT", through)
+    );
+}
+
+#[test]
+fn forks_of_forks_with_appends_on_every_layer_and_reopen() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("r");
+    let mut rng = Rng(0xF0F0_1234);
+    let mut n = 0;
+    let mut carry = Vec::new();
+    // (fork, source, through)
+    let mut forks: Vec<(String, String, u64)> = Vec::new();
+    let mut snaps: Vec<(String, Snapshot)> = Vec::new();
+    {
+        let root = open_root(&dir, 4096);
+        let sid = create(&root, "src");
+        let mut src_turns = Vec::new();
+        for _ in 0..6 {
+            src_turns.push(random_turn(&root, &sid, &mut rng, &mut n, &mut carry));
+        }
+        let rev = revision(&root, &sid);
+        let before = snapshot(&root, &sid);
+        let f1 = fork(&root, &sid, "f1", turn(&src_turns[3].0), rev).expect("fork");
+        assert_eq!(
+            snapshot(&root, &sid),
+            before,
+            "forking leaves the source unchanged"
+        );
+        assert_eq!(revision(&root, &f1.session_id), src_turns[3].1);
+        forks.push((f1.session_id.clone(), sid.clone(), f1.branch.through));
+        // Both grow after the fork; the source's segments get sealed under the fork.
+        let mut f1_turns = Vec::new();
+        for _ in 0..5 {
+            random_turn(&root, &sid, &mut rng, &mut n, &mut carry);
+            f1_turns.push(random_turn(
+                &root,
+                &f1.session_id,
+                &mut rng,
+                &mut n,
+                &mut carry,
+            ));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert_prefix(&root, &f1.session_id, &sid, f1.branch.through);
+        // Own events start right after the fence.
+        let first_own = root
+            .read_event(&f1.session_id, f1.branch.through + 1)
+            .expect("first own event");
+        assert!(
+            matches!(first_own, Event::UserMessage(ref m) if m.invocation.contains(&f1.session_id))
+        );
+        // A fork of the fork beyond its fence, and one inside its base.
+        let frev = revision(&root, &f1.session_id);
+        let ff = fork(&root, &f1.session_id, "ff", ForkFrom::All, frev).expect("fork of fork");
+        let ff2 = fork(&root, &f1.session_id, "ff2", turn(&src_turns[1].0), frev)
+            .expect("fork of fork inside its base");
+        assert_eq!(ff2.branch.through, src_turns[1].1);
+        let ff3 = fork(&root, &f1.session_id, "ff3", turn(&f1_turns[2].0), frev)
+            .expect("fork of fork at one of its own Turns");
+        forks.push((ff.session_id.clone(), f1.session_id.clone(), frev));
+        forks.push((
+            ff2.session_id.clone(),
+            f1.session_id.clone(),
+            ff2.branch.through,
+        ));
+        forks.push((
+            ff3.session_id.clone(),
+            f1.session_id.clone(),
+            ff3.branch.through,
+        ));
+        // A fourth layer, then appends on every layer.
+        let ffrev = revision(&root, &ff.session_id);
+        let fff = fork(&root, &ff.session_id, "fff", ForkFrom::All, ffrev).expect("third level");
+        forks.push((fff.session_id.clone(), ff.session_id.clone(), ffrev));
+        for _ in 0..3 {
+            for s in [
+                &sid,
+                &f1.session_id,
+                &ff.session_id,
+                &ff2.session_id,
+                &fff.session_id,
+            ] {
+                random_turn(&root, s, &mut rng, &mut n, &mut carry);
+            }
+        }
+        for (f, s, t) in &forks {
+            assert_prefix(&root, f, s, *t);
+            // Transitively: a fork of a fork shows the first source under its fence too.
+            assert_prefix(&root, f, &sid, (*t).min(f1.branch.through));
+        }
+        // Receipts: the fork operations are the sources', source receipts are not inherited.
+        let again = fork(&root, &f1.session_id, "ff", ForkFrom::All, frev).expect("repeat");
+        assert_eq!(again, ff);
+        for op in ["ff", "f1"] {
+            let t = send(
+                &root,
+                &ff.session_id,
+                op,
+                "a source's operation is free in the fork",
+            );
+            assert_eq!(t.sequence, revision(&root, &ff.session_id));
+            let settled = format!("[{}]", settle(&t.invocation));
+            append(&root, &ff.session_id, &format!("{op}-settle"), &settled).expect("settle");
+        }
+        for id in [
+            &sid,
+            &f1.session_id,
+            &ff.session_id,
+            &ff2.session_id,
+            &ff3.session_id,
+            &fff.session_id,
+        ] {
+            snaps.push((id.clone(), snapshot(&root, id)));
+        }
+        // Layered forks hold only their own events.
+        let f1_log = dir.join("sessions").join(&f1.session_id).join("log");
+        let src_log = dir.join("sessions/src/log");
+        let size = |d: &Path| -> u64 {
+            std::fs::read_dir(d)
+                .expect("ls")
+                .map(|e| e.expect("entry").metadata().expect("meta").len())
+                .sum()
+        };
+        assert!(
+            size(&f1_log) < size(&src_log),
+            "the fork's log holds no copy"
+        );
+        root.verify().expect("verify walks layered forks");
+    }
+    let check = |root: &Root| {
+        for (id, s) in &snaps {
+            assert_eq!(&snapshot(root, id), s, "Session {id}");
+        }
+        for (f, s, t) in &forks {
+            assert_prefix(root, f, s, *t);
+        }
+    };
+    // Reopen: indexes and checkpoints of the last run.
+    let root = open_root(&dir, 4096);
+    check(&root);
+    root.verify().expect("verify after reopen");
+    drop(root);
+    // Reopen with every derived file of every Session removed: all rebuilt from the logs.
+    for e in std::fs::read_dir(dir.join("sessions")).expect("ls") {
+        let d = e.expect("entry").path();
+        for f in ["seq.idx", "row.idx", "receipt.idx", "state.ckpt"] {
+            let _ = std::fs::remove_file(d.join(f));
+        }
+        let _ = std::fs::remove_dir_all(d.join("search"));
+    }
+    let root = open_root(&dir, 4096);
+    check(&root);
+    root.verify().expect("verify after rebuild");
+    // Still writable on every layer after all that, and the forks stay put.
+    for (id, _) in &snaps {
+        random_turn(&root, id, &mut rng, &mut n, &mut carry);
+    }
+    for (f, s, t) in &forks {
+        assert_prefix(&root, f, s, *t);
+    }
+    drop(root);
+    let root = open_root(&dir, 4096);
+    for (f, s, t) in &forks {
+        assert_prefix(&root, f, s, *t);
+    }
+}
+
+#[test]
+fn a_fork_operation_is_taken_in_its_source_for_every_mutation_and_across_restarts() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("r");
+    let f = {
+        let root = open_root(&dir, 64 << 20);
+        let sid = create(&root, "src");
+        let t = send(&root, &sid, "s1", "q");
+        append(&root, &sid, "a1", &format!("[{}]", settle(&t.invocation))).expect("settle");
+        let rev = revision(&root, &sid);
+        fork(&root, &sid, "fk", ForkFrom::All, rev).expect("fork")
+    };
+    for _ in 0..2 {
+        let root = open_root(&dir, 64 << 20);
+        let s = root
+            .send(SendParams {
+                session_id: "src".into(),
+                operation: "fk".into(),
+                text: "x".into(),
+                attachments: vec![],
+            })
+            .expect_err("taken by the fork");
+        assert_eq!(s.kind(), ErrorKind::Conflict);
+        let p = root
+            .patch_receipt("src", "fk")
+            .expect_err("taken by the fork");
+        assert_eq!(p.kind(), ErrorKind::Conflict);
+        let rev = revision(&root, "src");
+        assert_eq!(
+            fork(&root, "src", "fk", ForkFrom::All, rev).expect("repeat"),
+            f
+        );
+        assert_eq!(
+            root.fork_receipt(ForkReceiptParams {
+                session_id: "src".into(),
+                operation: "fk".into()
+            })
+            .expect("receipt"),
+            Some(f.clone())
+        );
+        // In the fork itself the operation is free.
+        send(&root, &f.session_id, &format!("fk-{rev}"), "own");
+    }
 }

@@ -208,14 +208,9 @@ pub(crate) fn segment_of_row(
         })
 }
 
-/// First row whose event lives in a segment `>= segment`.
+/// First own row whose event lives in a segment `>= segment` of the Session's own log.
 fn first_row_of_segment(inner: &Inner, segment: u64) -> u64 {
-    inner.rows.partition_point(|e| {
-        let (seq, _) = crate::session::RowEntry::key(e);
-        inner
-            .location(seq)
-            .is_some_and(|l: Location| l.segment < segment)
-    })
+    inner.first_row_of_segment(segment)
 }
 
 fn doc_of(row: u64, first_row: u64) -> Result<u32, EngineError> {
@@ -256,7 +251,7 @@ impl SearchIndex {
     ) -> Result<RwLockReadGuard<'_, Option<Tail>>, EngineError> {
         {
             let guard = self.tail.read().unwrap_or_else(|p| p.into_inner());
-            let rows = session.read().rows.len();
+            let rows = session.read().row_count();
             if guard.as_ref().is_some_and(|t| t.covered >= rows) {
                 return Ok(guard);
             }
@@ -280,9 +275,10 @@ impl SearchIndex {
 
     /// Builds the tail from the active segment's rows.
     fn load(&self, session: &Session, inner: &Inner) -> Result<Tail, EngineError> {
-        let total = inner.rows.len();
+        let total = inner.row_count();
         let mut segment = session.log().end().segment;
-        if total > 0 {
+        // A layered fork's base rows are indexed by its source (see `Session::search`).
+        if total > inner.row_base() {
             segment = segment.max(segment_of_row(session, inner, total - 1)?);
         }
         let first_row = first_row_of_segment(inner, segment);
@@ -296,14 +292,14 @@ impl SearchIndex {
         Ok(tail)
     }
 
-    /// Indexes rows `[tail.covered, inner.rows.len())`, reading their events from the log.
+    /// Indexes rows `[tail.covered, inner.row_count())`, reading their events from the log.
     fn catch_up(
         &self,
         session: &Session,
         inner: &Inner,
         tail: &mut Tail,
     ) -> Result<(), EngineError> {
-        let total = inner.rows.len();
+        let total = inner.row_count();
         if tail.covered >= total {
             return Ok(());
         }
