@@ -91,10 +91,20 @@ fn to_events(rows: &[CorpusRow]) -> Vec<Event> {
 
 const BATCH_EVENTS: usize = 256;
 
+/// Bulk import: no fsync, and the search index is built by the first search, not by appends.
 fn bulk_options() -> RootOptions {
     RootOptions {
         durability: Durability::NoSyncBulkImport,
+        search_indexing: SearchIndexing::OnSearch,
         ..RootOptions::default()
+    }
+}
+
+/// No fsync, but every append indexes its rows for search (the default indexing).
+fn bulk_indexed_options() -> RootOptions {
+    RootOptions {
+        search_indexing: SearchIndexing::OnAppend,
+        ..bulk_options()
     }
 }
 
@@ -333,36 +343,41 @@ fn benches(c: &mut Criterion) {
         let mut g = c.benchmark_group(format!("engine/append_bulk/{}", fx.label));
         g.throughput(Throughput::Bytes(bytes));
         g.sample_size(10);
-        g.bench_function(BenchmarkId::new("logbook", "nosync"), |b| {
-            b.iter_with_setup(
-                || {
-                    let tmp = tempfile::tempdir_in("/tmp").expect("tmp");
-                    let dir = tmp.path().join("r");
-                    Root::init(&dir).expect("init");
-                    let root = Root::open_with(&dir, bulk_options()).expect("open");
-                    root.create_session(CreateSessionParams {
-                        session_id: Some("s".into()),
-                        workspace: None,
-                        operation: "c".into(),
-                    })
-                    .expect("create");
-                    let batches: Vec<Vec<Event>> =
-                        fx.events.chunks(BATCH_EVENTS).map(|c| c.to_vec()).collect();
-                    (tmp, root, batches)
-                },
-                |(tmp, root, batches)| {
-                    for (i, events) in batches.into_iter().enumerate() {
-                        root.append(AppendParams {
-                            session_id: "s".into(),
-                            operation: format!("b{i}"),
-                            events,
+        for (name, options) in [
+            ("nosync", bulk_options()),
+            ("nosync_indexed", bulk_indexed_options()),
+        ] {
+            g.bench_function(BenchmarkId::new("logbook", name), |b| {
+                b.iter_with_setup(
+                    || {
+                        let tmp = tempfile::tempdir_in("/tmp").expect("tmp");
+                        let dir = tmp.path().join("r");
+                        Root::init(&dir).expect("init");
+                        let root = Root::open_with(&dir, options.clone()).expect("open");
+                        root.create_session(CreateSessionParams {
+                            session_id: Some("s".into()),
+                            workspace: None,
+                            operation: "c".into(),
                         })
-                        .expect("append");
-                    }
-                    (tmp, root)
-                },
-            )
-        });
+                        .expect("create");
+                        let batches: Vec<Vec<Event>> =
+                            fx.events.chunks(BATCH_EVENTS).map(|c| c.to_vec()).collect();
+                        (tmp, root, batches)
+                    },
+                    |(tmp, root, batches)| {
+                        for (i, events) in batches.into_iter().enumerate() {
+                            root.append(AppendParams {
+                                session_id: "s".into(),
+                                operation: format!("b{i}"),
+                                events,
+                            })
+                            .expect("append");
+                        }
+                        (tmp, root)
+                    },
+                )
+            });
+        }
         g.bench_function(BenchmarkId::new("jsonl", "nosync"), |b| {
             b.iter_with_setup(
                 || tempfile::tempdir_in("/tmp").expect("tmp"),

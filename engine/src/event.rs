@@ -411,6 +411,21 @@ enum ItemTagged<'a> {
     },
 }
 
+/// Disk form of an item, borrowed for encoding: the same variants and fields as [`ItemBin`].
+#[derive(Serialize)]
+enum ItemBinRef<'a> {
+    Assistant {
+        body: &'a str,
+        thinking: Option<&'a str>,
+    },
+    ToolCall {
+        id: &'a str,
+        name: &'a str,
+        arguments: &'a str,
+        internal: bool,
+    },
+}
+
 #[derive(Serialize, Deserialize)]
 enum ItemBin {
     Assistant {
@@ -459,19 +474,21 @@ impl Serialize for Item {
             }
             .serialize(s)
         } else {
-            // Cloning keeps the code short; items are small next to the record I/O around them.
-            match self.clone() {
-                Item::Assistant { body, thinking } => ItemBin::Assistant { body, thinking },
+            match self {
+                Item::Assistant { body, thinking } => ItemBinRef::Assistant {
+                    body,
+                    thinking: thinking.as_deref(),
+                },
                 Item::ToolCall {
                     id,
                     name,
                     arguments,
                     internal,
-                } => ItemBin::ToolCall {
+                } => ItemBinRef::ToolCall {
                     id,
                     name,
                     arguments,
-                    internal,
+                    internal: *internal,
                 },
             }
             .serialize(s)
@@ -526,6 +543,13 @@ enum PartTagged<'a> {
     Attachment { digest: &'a str },
 }
 
+/// Disk form of a part, borrowed for encoding: the same variants and fields as [`PartBin`].
+#[derive(Serialize)]
+enum PartBinRef<'a> {
+    Text { text: &'a str },
+    Attachment { digest: &'a str },
+}
+
 #[derive(Serialize, Deserialize)]
 enum PartBin {
     Text { text: String },
@@ -548,9 +572,9 @@ impl Serialize for Part {
             }
             .serialize(s)
         } else {
-            match self.clone() {
-                Part::Text { text } => PartBin::Text { text },
-                Part::Attachment { digest } => PartBin::Attachment { digest },
+            match self {
+                Part::Text { text } => PartBinRef::Text { text },
+                Part::Attachment { digest } => PartBinRef::Attachment { digest },
             }
             .serialize(s)
         }
@@ -695,5 +719,67 @@ pub fn rows_of(event: &Event) -> Vec<RowSource<'_>> {
             internal: false,
         }],
         _ => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn postcard<T: Serialize>(v: &T) -> Vec<u8> {
+        postcard::to_allocvec(v).expect("encode")
+    }
+
+    #[test]
+    fn borrowed_disk_forms_encode_as_the_owned_ones() {
+        let items = [
+            Item::Assistant {
+                body: "b".repeat(300),
+                thinking: None,
+            },
+            Item::Assistant {
+                body: String::new(),
+                thinking: Some("t é".into()),
+            },
+            Item::ToolCall {
+                id: "c-1".into(),
+                name: "read".into(),
+                arguments: "{\"p\":1}".into(),
+                internal: true,
+            },
+        ];
+        for item in &items {
+            let owned = match item.clone() {
+                Item::Assistant { body, thinking } => ItemBin::Assistant { body, thinking },
+                Item::ToolCall {
+                    id,
+                    name,
+                    arguments,
+                    internal,
+                } => ItemBin::ToolCall {
+                    id,
+                    name,
+                    arguments,
+                    internal,
+                },
+            };
+            assert_eq!(postcard(item), postcard(&owned), "{item:?}");
+            let back: Item = postcard::from_bytes(&postcard(item)).expect("decode");
+            assert_eq!(&back, item);
+        }
+        for part in [
+            Part::Text {
+                text: "x".repeat(200),
+            },
+            Part::Attachment {
+                digest: "sha256:00".into(),
+            },
+        ] {
+            let owned = match part.clone() {
+                Part::Text { text } => PartBin::Text { text },
+                Part::Attachment { digest } => PartBin::Attachment { digest },
+            };
+            assert_eq!(postcard(&part), postcard(&owned), "{part:?}");
+        }
     }
 }

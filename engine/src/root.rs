@@ -54,6 +54,21 @@ pub struct RootOptions {
     pub index_sync_interval: Duration,
     /// Size at which Session logs roll to a new segment (tests use tiny ones).
     pub segment_bytes_max: u64,
+    /// When appended rows enter the search index.
+    pub search_indexing: SearchIndexing,
+}
+
+/// When appended rows enter a Session's search index (the index is derived either way, and a
+/// search always sees every row under its fence).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SearchIndexing {
+    /// Every append indexes its rows before it returns (default).
+    #[default]
+    OnAppend,
+    /// Appends leave the index behind; the next search of the Session indexes every row
+    /// appended since, reading them from the log. For bulk imports: appends cost only the
+    /// log and row indexes, and the first search pays for the indexing.
+    OnSearch,
 }
 
 impl Default for RootOptions {
@@ -62,6 +77,7 @@ impl Default for RootOptions {
             durability: Durability::Sync,
             index_sync_interval: INDEX_SYNC_INTERVAL,
             segment_bytes_max: logbook_log::SEGMENT_BYTES_MAX,
+            search_indexing: SearchIndexing::OnAppend,
         }
     }
 }
@@ -529,22 +545,19 @@ impl Root {
             validate_event(i, e)?;
         }
         let s = self.session(&p.session_id)?;
-        // Encode every event once: the receipt digest (mutation name, 0, postcard of the event
-        // list) and the record payloads both use these bytes.
+        // Encode every event once: the receipt digest and the record payloads use these bytes.
         let prepared: Vec<Prepared> = p.events.into_iter().map(Prepared::new).collect();
-        let params = {
-            let mut h = Sha256::new();
-            h.update(b"append\0");
-            h.update(records::encode(&(prepared.len() as u64)));
-            for e in &prepared {
-                h.update(&e.bytes);
-            }
-            h.finalize().into()
-        };
+        let params = records::append_params_digest(&prepared);
         let blobs = &self.shared.blobs;
-        let mut prepared = Some(prepared);
+        // Shared by the two closures: `legacy` runs only on a repeat (before `build`, which
+        // then does not run), `build` only on a first call.
+        let prepared = std::cell::RefCell::new(Some(prepared));
+        let legacy = || {
+            let events = prepared.borrow();
+            records::append_params_digest_v1(events.as_deref().unwrap_or_default())
+        };
         let mut build = |state: &State, first: u64| {
-            let events = prepared.take().expect("build runs once");
+            let events = prepared.borrow_mut().take().expect("build runs once");
             let plain: Vec<&Event> = events.iter().map(|e| &e.event).collect();
             check_batch(state, &plain)?;
             for (i, e) in plain.iter().enumerate() {
@@ -563,11 +576,12 @@ impl Root {
             let last = first + events.len() as u64 - 1;
             Ok((events, Outcome::Append { first, last }))
         };
-        match s.mutate(Mutation {
+        let m = Mutation {
             operation: &p.operation,
             params,
             build: &mut build,
-        })? {
+        };
+        match s.mutate_or_legacy(m, Some(&legacy))? {
             Outcome::Append { first, last } => Ok(AppendResult {
                 first_sequence: first,
                 last_sequence: last,
@@ -908,6 +922,9 @@ impl Shared {
             ));
         }
         let s = Arc::new(Session::open_with(id, &dir, self.log_config())?);
+        if self.options.search_indexing == SearchIndexing::OnSearch {
+            s.index_search_on_search();
+        }
         *slot = Some(Arc::clone(&s));
         lock(&self.opened).push(Arc::clone(&s));
         Ok(s)
