@@ -13,8 +13,8 @@
 //! only the records after it are scanned.
 
 use crate::error::EngineError;
-use crate::event::{rows_of, Branch, Event, RowKind, SessionCreated};
-use crate::records::{self, EventRecord, EventRecordRef, Outcome, Receipt};
+use crate::event::{rows_of, Branch, Event, RowKind, RowSource, SessionCreated};
+use crate::records::{self, EventRecord, EventRecordBorrowed, EventRecordRef, Outcome, Receipt};
 use crate::search::SearchIndex;
 use crate::state::State;
 use logbook_index::FixedIndex;
@@ -529,11 +529,40 @@ impl Session {
         Ok(Event::clone(&*self.event_arc(inner, sequence)?))
     }
 
-    fn read_event_uncached(
+    /// Calls `f` with the rows event `sequence` publishes. A cached event is used as it is; else
+    /// the record is read and, with `keep`, decoded and cached, or without, decoded with its
+    /// texts borrowed from the record's bytes (nothing copied but what `f` copies). Bulk reads
+    /// pass `keep = false` so they do not push the recently used events out of the cache.
+    pub(crate) fn with_event_rows<R>(
         &self,
         inner: &Inner,
         sequence: u64,
-    ) -> Result<(Event, usize), EngineError> {
+        keep: bool,
+        f: impl FnOnce(&[RowSource<'_>]) -> R,
+    ) -> Result<R, EngineError> {
+        if let Some(e) = lock_cache(&self.cache).get(sequence) {
+            return Ok(f(&rows_of(&e)));
+        }
+        if keep {
+            let e = self.event_arc(inner, sequence)?;
+            return Ok(f(&rows_of(&e)));
+        }
+        let (loc, payload) = self.read_event_record(inner, sequence)?;
+        let er: EventRecordBorrowed<'_> =
+            records::decode(self.log.dir(), "an event record", &payload)?;
+        if er.sequence != sequence {
+            let why = format!("the record there holds event {}", er.sequence);
+            return Err(self.damaged_index(sequence, loc, &why));
+        }
+        Ok(f(&er.event.rows()))
+    }
+
+    /// The payload of event `sequence`'s record (checked to be an event record).
+    fn read_event_record(
+        &self,
+        inner: &Inner,
+        sequence: u64,
+    ) -> Result<(Location, Vec<u8>), EngineError> {
         let loc = inner.location(sequence).ok_or_else(|| {
             EngineError::not_found(format!("event {sequence} of Session {}", self.id))
         })?;
@@ -544,12 +573,21 @@ impl Session {
         if record.kind != records::KIND_EVENT {
             return Err(self.damaged_index(sequence, loc, "the record there is not an event"));
         }
-        let er: EventRecord = records::decode(self.log.dir(), "an event record", &record.payload)?;
+        Ok((loc, record.payload))
+    }
+
+    fn read_event_uncached(
+        &self,
+        inner: &Inner,
+        sequence: u64,
+    ) -> Result<(Event, usize), EngineError> {
+        let (loc, payload) = self.read_event_record(inner, sequence)?;
+        let er: EventRecord = records::decode(self.log.dir(), "an event record", &payload)?;
         if er.sequence != sequence {
             let why = format!("the record there holds event {}", er.sequence);
             return Err(self.damaged_index(sequence, loc, &why));
         }
-        Ok((er.event, record.payload.len()))
+        Ok((er.event, payload.len()))
     }
 
     /// The sequence index named a location that does not hold the event: the index (derived)
