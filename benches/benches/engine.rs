@@ -1,7 +1,9 @@
 //! Engine benchmarks: history pages, bulk append, open; each beside its peers on the same rows
 //! (one JSONL file per Session, parsed to page as agent tools do; SQLite, a plain table).
 //!
-//! Corpus: `LOGBOOK_CORPUS` (default /work/corpus/rows100.jsonl), one Session holding every row.
+//! Corpus: `LOGBOOK_CORPUS` (default /work/corpus/rows100.jsonl), one Session holding every row;
+//! several paths separated by commas run every group once per corpus (sizes side by side, e.g.
+//! to see that the last page does not grow with history).
 //! Run: `cargo bench -p logbook-benches --bench engine -- --warm-up-time 1 --measurement-time 3`
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -18,10 +20,13 @@ struct CorpusRow {
     line: String,
 }
 
-fn corpus_path() -> PathBuf {
-    std::env::var_os("LOGBOOK_CORPUS")
+fn corpus_paths() -> Vec<PathBuf> {
+    let list = std::env::var("LOGBOOK_CORPUS")
+        .unwrap_or_else(|_| "/work/corpus/rows100.jsonl".into());
+    list.split(',')
+        .filter(|p| !p.is_empty())
         .map(PathBuf::from)
-        .unwrap_or_else(|| "/work/corpus/rows100.jsonl".into())
+        .collect()
 }
 
 fn load_corpus(path: &Path) -> Vec<CorpusRow> {
@@ -199,8 +204,8 @@ struct Fixture {
     label: String,
 }
 
-fn fixture() -> Fixture {
-    let rows = load_corpus(&corpus_path());
+fn fixture(corpus: &Path) -> Fixture {
+    let rows = load_corpus(corpus);
     let events = to_events(&rows);
     let tmp = tempfile::Builder::new()
         .prefix("logbook-bench-engine")
@@ -240,7 +245,13 @@ fn history_params(
 }
 
 fn benches(c: &mut Criterion) {
-    let fx = fixture();
+    for corpus in corpus_paths() {
+        let fx = fixture(&corpus);
+        bench_corpus(c, &fx);
+    }
+}
+
+fn bench_corpus(c: &mut Criterion, fx: &Fixture) {
     let n_rows = fx.rows.len() as u64;
 
     // Last page of 128 rows, newest first, from the end.
