@@ -21,8 +21,8 @@ struct CorpusRow {
 }
 
 fn corpus_paths() -> Vec<PathBuf> {
-    let list = std::env::var("LOGBOOK_CORPUS")
-        .unwrap_or_else(|_| "/work/corpus/rows100.jsonl".into());
+    let list =
+        std::env::var("LOGBOOK_CORPUS").unwrap_or_else(|_| "/work/corpus/rows100.jsonl".into());
     list.split(',')
         .filter(|p| !p.is_empty())
         .map(PathBuf::from)
