@@ -203,7 +203,7 @@ pub(crate) struct Prepared {
     pub event: Event,
     /// `SEQUENCE_ROOM` bytes, then the postcard encoding of the event.
     buf: Vec<u8>,
-    /// Where the payload starts in `buf` once [`Prepared::payload`] has written the sequence.
+    /// Where the record payload starts in `buf` once [`Prepared::set_sequence`] has run.
     start: usize,
 }
 
@@ -531,7 +531,7 @@ impl Session {
 
     /// Calls `f` with the rows event `sequence` publishes. A cached event is used as it is; else
     /// the record is read and, with `keep`, decoded and cached, or without, decoded with its
-    /// texts borrowed from the record's bytes (nothing copied but what `f` copies). Bulk reads
+    /// texts borrowed from the bytes the log read (no copy but the ones `f` makes). Bulk reads
     /// pass `keep = false` so they do not push the recently used events out of the cache.
     pub(crate) fn with_event_rows<R>(
         &self,
@@ -679,11 +679,10 @@ impl Session {
             )));
         }
         let first = self.read().state.revision + 1;
-        let (events, outcome) = {
+        let (mut events, outcome) = {
             let inner = self.read();
             (m.build)(&inner.state, first)?
         };
-        let mut events = events;
         let n = events.len();
         for (i, p) in events.iter_mut().enumerate() {
             p.set_sequence(first + i as u64);
