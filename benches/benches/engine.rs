@@ -1,7 +1,9 @@
 //! Engine benchmarks: history pages, bulk append, open; each beside its peers on the same rows
 //! (one JSONL file per Session, parsed to page as agent tools do; SQLite, a plain table).
 //!
-//! Corpus: `LOGBOOK_CORPUS` (default /work/corpus/rows100.jsonl), one Session holding every row.
+//! Corpus: `LOGBOOK_CORPUS` (default /work/corpus/rows100.jsonl), one Session holding every row;
+//! several paths separated by commas run every group once per corpus (sizes side by side, e.g.
+//! to see that the last page does not grow with history).
 //! Run: `cargo bench -p logbook-benches --bench engine -- --warm-up-time 1 --measurement-time 3`
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -18,10 +20,13 @@ struct CorpusRow {
     line: String,
 }
 
-fn corpus_path() -> PathBuf {
-    std::env::var_os("LOGBOOK_CORPUS")
+fn corpus_paths() -> Vec<PathBuf> {
+    let list =
+        std::env::var("LOGBOOK_CORPUS").unwrap_or_else(|_| "/work/corpus/rows100.jsonl".into());
+    list.split(',')
+        .filter(|p| !p.is_empty())
         .map(PathBuf::from)
-        .unwrap_or_else(|| "/work/corpus/rows100.jsonl".into())
+        .collect()
 }
 
 fn load_corpus(path: &Path) -> Vec<CorpusRow> {
@@ -91,10 +96,20 @@ fn to_events(rows: &[CorpusRow]) -> Vec<Event> {
 
 const BATCH_EVENTS: usize = 256;
 
+/// Bulk import: no fsync, and the search index is built by the first search, not by appends.
 fn bulk_options() -> RootOptions {
     RootOptions {
         durability: Durability::NoSyncBulkImport,
+        search_indexing: SearchIndexing::OnSearch,
         ..RootOptions::default()
+    }
+}
+
+/// No fsync, but every append indexes its rows for search (the default indexing).
+fn bulk_indexed_options() -> RootOptions {
+    RootOptions {
+        search_indexing: SearchIndexing::OnAppend,
+        ..bulk_options()
     }
 }
 
@@ -189,8 +204,8 @@ struct Fixture {
     label: String,
 }
 
-fn fixture() -> Fixture {
-    let rows = load_corpus(&corpus_path());
+fn fixture(corpus: &Path) -> Fixture {
+    let rows = load_corpus(corpus);
     let events = to_events(&rows);
     let tmp = tempfile::Builder::new()
         .prefix("logbook-bench-engine")
@@ -230,7 +245,13 @@ fn history_params(
 }
 
 fn benches(c: &mut Criterion) {
-    let fx = fixture();
+    for corpus in corpus_paths() {
+        let fx = fixture(&corpus);
+        bench_corpus(c, &fx);
+    }
+}
+
+fn bench_corpus(c: &mut Criterion, fx: &Fixture) {
     let n_rows = fx.rows.len() as u64;
 
     // Last page of 128 rows, newest first, from the end.
@@ -333,36 +354,41 @@ fn benches(c: &mut Criterion) {
         let mut g = c.benchmark_group(format!("engine/append_bulk/{}", fx.label));
         g.throughput(Throughput::Bytes(bytes));
         g.sample_size(10);
-        g.bench_function(BenchmarkId::new("logbook", "nosync"), |b| {
-            b.iter_with_setup(
-                || {
-                    let tmp = tempfile::tempdir_in("/tmp").expect("tmp");
-                    let dir = tmp.path().join("r");
-                    Root::init(&dir).expect("init");
-                    let root = Root::open_with(&dir, bulk_options()).expect("open");
-                    root.create_session(CreateSessionParams {
-                        session_id: Some("s".into()),
-                        workspace: None,
-                        operation: "c".into(),
-                    })
-                    .expect("create");
-                    let batches: Vec<Vec<Event>> =
-                        fx.events.chunks(BATCH_EVENTS).map(|c| c.to_vec()).collect();
-                    (tmp, root, batches)
-                },
-                |(tmp, root, batches)| {
-                    for (i, events) in batches.into_iter().enumerate() {
-                        root.append(AppendParams {
-                            session_id: "s".into(),
-                            operation: format!("b{i}"),
-                            events,
+        for (name, options) in [
+            ("nosync", bulk_options()),
+            ("nosync_indexed", bulk_indexed_options()),
+        ] {
+            g.bench_function(BenchmarkId::new("logbook", name), |b| {
+                b.iter_with_setup(
+                    || {
+                        let tmp = tempfile::tempdir_in("/tmp").expect("tmp");
+                        let dir = tmp.path().join("r");
+                        Root::init(&dir).expect("init");
+                        let root = Root::open_with(&dir, options.clone()).expect("open");
+                        root.create_session(CreateSessionParams {
+                            session_id: Some("s".into()),
+                            workspace: None,
+                            operation: "c".into(),
                         })
-                        .expect("append");
-                    }
-                    (tmp, root)
-                },
-            )
-        });
+                        .expect("create");
+                        let batches: Vec<Vec<Event>> =
+                            fx.events.chunks(BATCH_EVENTS).map(|c| c.to_vec()).collect();
+                        (tmp, root, batches)
+                    },
+                    |(tmp, root, batches)| {
+                        for (i, events) in batches.into_iter().enumerate() {
+                            root.append(AppendParams {
+                                session_id: "s".into(),
+                                operation: format!("b{i}"),
+                                events,
+                            })
+                            .expect("append");
+                        }
+                        (tmp, root)
+                    },
+                )
+            });
+        }
         g.bench_function(BenchmarkId::new("jsonl", "nosync"), |b| {
             b.iter_with_setup(
                 || tempfile::tempdir_in("/tmp").expect("tmp"),

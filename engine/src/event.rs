@@ -411,6 +411,21 @@ enum ItemTagged<'a> {
     },
 }
 
+/// Disk form of an item, borrowed for encoding: the same variants and fields as [`ItemBin`].
+#[derive(Serialize)]
+enum ItemBinRef<'a> {
+    Assistant {
+        body: &'a str,
+        thinking: Option<&'a str>,
+    },
+    ToolCall {
+        id: &'a str,
+        name: &'a str,
+        arguments: &'a str,
+        internal: bool,
+    },
+}
+
 #[derive(Serialize, Deserialize)]
 enum ItemBin {
     Assistant {
@@ -459,19 +474,21 @@ impl Serialize for Item {
             }
             .serialize(s)
         } else {
-            // Cloning keeps the code short; items are small next to the record I/O around them.
-            match self.clone() {
-                Item::Assistant { body, thinking } => ItemBin::Assistant { body, thinking },
+            match self {
+                Item::Assistant { body, thinking } => ItemBinRef::Assistant {
+                    body,
+                    thinking: thinking.as_deref(),
+                },
                 Item::ToolCall {
                     id,
                     name,
                     arguments,
                     internal,
-                } => ItemBin::ToolCall {
+                } => ItemBinRef::ToolCall {
                     id,
                     name,
                     arguments,
-                    internal,
+                    internal: *internal,
                 },
             }
             .serialize(s)
@@ -526,6 +543,13 @@ enum PartTagged<'a> {
     Attachment { digest: &'a str },
 }
 
+/// Disk form of a part, borrowed for encoding: the same variants and fields as [`PartBin`].
+#[derive(Serialize)]
+enum PartBinRef<'a> {
+    Text { text: &'a str },
+    Attachment { digest: &'a str },
+}
+
 #[derive(Serialize, Deserialize)]
 enum PartBin {
     Text { text: String },
@@ -548,9 +572,9 @@ impl Serialize for Part {
             }
             .serialize(s)
         } else {
-            match self.clone() {
-                Part::Text { text } => PartBin::Text { text },
-                Part::Attachment { digest } => PartBin::Attachment { digest },
+            match self {
+                Part::Text { text } => PartBinRef::Text { text },
+                Part::Attachment { digest } => PartBinRef::Attachment { digest },
             }
             .serialize(s)
         }
@@ -579,6 +603,179 @@ impl<'de> Deserialize<'de> for Part {
             other => Err(D::Error::custom(format!(
                 "unknown part kind `{other}`; known kinds: text, attachment"
             ))),
+        }
+    }
+}
+
+// ---- serde: borrowed disk form, for reading rows ----------------------------------------------
+
+/// An event record's payload decoded without copying its texts: the disk form of [`EventBin`]
+/// with every string borrowed from the payload. History pages make their rows from it straight
+/// from the bytes the log read. Kinds that publish no rows decode owned (they are small).
+#[derive(Deserialize)]
+// Kinds without rows are decoded only to check and consume their bytes.
+#[allow(dead_code)]
+pub(crate) enum EventBorrowed<'a> {
+    SessionCreated(SessionCreated),
+    #[serde(borrow)]
+    UserMessage(UserMessageRef<'a>),
+    #[serde(borrow)]
+    ModelCompletion(ModelCompletionRef<'a>),
+    #[serde(borrow)]
+    ToolResult(ToolResultRef<'a>),
+    TurnSettled(TurnSettled),
+    StopRequested(StopRequested),
+    #[serde(borrow)]
+    InteractionRequested(InteractionRequestedRef<'a>),
+    #[serde(borrow)]
+    InteractionResolved(InteractionResolvedRef<'a>),
+    #[serde(borrow)]
+    ContextPrepared(ContextPreparedRef<'a>),
+}
+
+#[derive(Deserialize)]
+pub(crate) struct UserMessageRef<'a> {
+    invocation: &'a str,
+    text: &'a str,
+    _attachments: Vec<AttachmentMeta>,
+}
+
+#[derive(Deserialize)]
+pub(crate) struct ModelCompletionRef<'a> {
+    invocation: &'a str,
+    _model: &'a str,
+    #[serde(borrow)]
+    items: Vec<ItemBinBorrowed<'a>>,
+    _usage: Option<Usage>,
+}
+
+#[derive(Deserialize)]
+enum ItemBinBorrowed<'a> {
+    Assistant {
+        body: &'a str,
+        #[serde(borrow)]
+        thinking: Option<&'a str>,
+    },
+    ToolCall {
+        id: &'a str,
+        name: &'a str,
+        arguments: &'a str,
+        internal: bool,
+    },
+}
+
+#[derive(Deserialize)]
+pub(crate) struct ToolResultRef<'a> {
+    invocation: &'a str,
+    tool_call_id: &'a str,
+    _status: ToolStatus,
+    body: &'a str,
+    _raw: &'a str,
+    #[serde(borrow)]
+    _parts: Vec<PartBinBorrowed<'a>>,
+    _bytes: u64,
+    _digest: &'a str,
+}
+
+#[derive(Deserialize)]
+enum PartBinBorrowed<'a> {
+    Text { _text: &'a str },
+    Attachment { _digest: &'a str },
+}
+
+#[derive(Deserialize)]
+pub(crate) struct InteractionRequestedRef<'a> {
+    _interaction_id: &'a str,
+    invocation: &'a str,
+    prompt: &'a str,
+    _options: &'a str,
+}
+
+#[derive(Deserialize)]
+pub(crate) struct InteractionResolvedRef<'a> {
+    _interaction_id: &'a str,
+    _response: &'a str,
+}
+
+#[derive(Deserialize)]
+pub(crate) struct ContextPreparedRef<'a> {
+    _invocation: &'a str,
+    #[serde(borrow)]
+    _groups: Vec<ContextGroupRef<'a>>,
+    #[serde(borrow)]
+    _tools: Vec<ContextToolRef<'a>>,
+    #[serde(borrow)]
+    _provider_usage: Option<&'a str>,
+}
+
+#[derive(Deserialize)]
+struct ContextGroupRef<'a> {
+    _role: &'a str,
+    _messages: &'a str,
+    _estimated_tokens: u64,
+}
+
+#[derive(Deserialize)]
+struct ContextToolRef<'a> {
+    _name: &'a str,
+    _estimated_tokens: u64,
+}
+
+impl<'a> EventBorrowed<'a> {
+    /// The rows the event publishes, as [`rows_of`] gives them for the owned event.
+    pub(crate) fn rows(&self) -> Vec<RowSource<'a>> {
+        match self {
+            EventBorrowed::UserMessage(m) => vec![RowSource {
+                kind: RowKind::User,
+                invocation: m.invocation,
+                fields: vec![("body", m.text)],
+                tool_call_id: None,
+                internal: false,
+            }],
+            EventBorrowed::ModelCompletion(c) => c
+                .items
+                .iter()
+                .map(|item| match item {
+                    ItemBinBorrowed::Assistant { body, thinking } => RowSource {
+                        kind: RowKind::Assistant,
+                        invocation: c.invocation,
+                        fields: vec![("body", *body), ("thinking", thinking.unwrap_or(""))],
+                        tool_call_id: None,
+                        internal: false,
+                    },
+                    ItemBinBorrowed::ToolCall {
+                        id,
+                        name,
+                        arguments,
+                        internal,
+                    } => RowSource {
+                        kind: RowKind::ToolCall,
+                        invocation: c.invocation,
+                        fields: vec![("name", *name), ("arguments", *arguments)],
+                        tool_call_id: Some(id),
+                        internal: *internal,
+                    },
+                })
+                .collect(),
+            EventBorrowed::ToolResult(r) => vec![RowSource {
+                kind: RowKind::ToolResult,
+                invocation: r.invocation,
+                fields: vec![("body", r.body)],
+                tool_call_id: Some(r.tool_call_id),
+                internal: false,
+            }],
+            EventBorrowed::InteractionRequested(i) => vec![RowSource {
+                kind: RowKind::Interaction,
+                invocation: i.invocation,
+                fields: vec![("body", i.prompt)],
+                tool_call_id: None,
+                internal: false,
+            }],
+            EventBorrowed::SessionCreated(_)
+            | EventBorrowed::TurnSettled(_)
+            | EventBorrowed::StopRequested(_)
+            | EventBorrowed::InteractionResolved(_)
+            | EventBorrowed::ContextPrepared(_) => Vec::new(),
         }
     }
 }
@@ -695,5 +892,173 @@ pub fn rows_of(event: &Event) -> Vec<RowSource<'_>> {
             internal: false,
         }],
         _ => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn postcard<T: Serialize>(v: &T) -> Vec<u8> {
+        postcard::to_allocvec(v).expect("encode")
+    }
+
+    #[test]
+    fn borrowed_disk_forms_encode_as_the_owned_ones() {
+        let items = [
+            Item::Assistant {
+                body: "b".repeat(300),
+                thinking: None,
+            },
+            Item::Assistant {
+                body: String::new(),
+                thinking: Some("t é".into()),
+            },
+            Item::ToolCall {
+                id: "c-1".into(),
+                name: "read".into(),
+                arguments: "{\"p\":1}".into(),
+                internal: true,
+            },
+        ];
+        for item in &items {
+            let owned = match item.clone() {
+                Item::Assistant { body, thinking } => ItemBin::Assistant { body, thinking },
+                Item::ToolCall {
+                    id,
+                    name,
+                    arguments,
+                    internal,
+                } => ItemBin::ToolCall {
+                    id,
+                    name,
+                    arguments,
+                    internal,
+                },
+            };
+            assert_eq!(postcard(item), postcard(&owned), "{item:?}");
+            let back: Item = postcard::from_bytes(&postcard(item)).expect("decode");
+            assert_eq!(&back, item);
+        }
+        for part in [
+            Part::Text {
+                text: "x".repeat(200),
+            },
+            Part::Attachment {
+                digest: "sha256:00".into(),
+            },
+        ] {
+            let owned = match part.clone() {
+                Part::Text { text } => PartBin::Text { text },
+                Part::Attachment { digest } => PartBin::Attachment { digest },
+            };
+            assert_eq!(postcard(&part), postcard(&owned), "{part:?}");
+        }
+    }
+
+    fn sample_events() -> Vec<Event> {
+        let raw = |t: &str| RawJson::from_string(t.into()).expect("json");
+        vec![
+            Event::SessionCreated(SessionCreated {
+                workspace: Some("/w".into()),
+                branch: Some(Branch {
+                    session_id: "s".into(),
+                    through: 9,
+                    turn: None,
+                }),
+            }),
+            Event::UserMessage(UserMessage {
+                invocation: "i1".into(),
+                text: "hello ✓".into(),
+                attachments: vec![AttachmentMeta {
+                    name: "a.png".into(),
+                    mime_type: "image/png".into(),
+                    bytes: 3,
+                    digest: "sha256:00".into(),
+                }],
+            }),
+            Event::ModelCompletion(ModelCompletion {
+                invocation: "i1".into(),
+                model: "m".into(),
+                items: vec![
+                    Item::Assistant {
+                        body: "b".into(),
+                        thinking: Some("t".into()),
+                    },
+                    Item::Assistant {
+                        body: "b2".into(),
+                        thinking: None,
+                    },
+                    Item::ToolCall {
+                        id: "c1".into(),
+                        name: "read".into(),
+                        arguments: "{}".into(),
+                        internal: true,
+                    },
+                ],
+                usage: Some(Usage {
+                    input_tokens: 1,
+                    output_tokens: 2,
+                }),
+            }),
+            Event::ToolResult(ToolResult {
+                invocation: "i1".into(),
+                tool_call_id: "c1".into(),
+                status: ToolStatus::Error,
+                body: "out".repeat(100),
+                raw: raw("{\"x\": [1, 2.50]}"),
+                parts: vec![
+                    Part::Text { text: "p".into() },
+                    Part::Attachment {
+                        digest: "sha256:11".into(),
+                    },
+                ],
+                bytes: 300,
+                digest: "sha256:22".into(),
+            }),
+            Event::TurnSettled(TurnSettled {
+                invocation: "i1".into(),
+                outcome: Outcome::Stopped,
+            }),
+            Event::StopRequested(StopRequested {
+                invocation: "i1".into(),
+            }),
+            Event::InteractionRequested(InteractionRequested {
+                interaction_id: "q".into(),
+                invocation: "i1".into(),
+                prompt: "ok?".into(),
+                options: raw("[\"yes\"]"),
+            }),
+            Event::InteractionResolved(InteractionResolved {
+                interaction_id: "q".into(),
+                response: raw("{\"choice\": \"yes\"}"),
+            }),
+            Event::ContextPrepared(ContextPrepared {
+                invocation: "i1".into(),
+                groups: vec![ContextGroup {
+                    role: "user".into(),
+                    messages: raw("[]"),
+                    estimated_tokens: 4,
+                }],
+                tools: vec![ContextTool {
+                    name: "read".into(),
+                    estimated_tokens: 5,
+                }],
+                provider_usage: Some(raw("{}")),
+            }),
+        ]
+    }
+
+    #[test]
+    fn borrowed_decoding_gives_the_rows_of_the_owned_event() {
+        for e in sample_events() {
+            let bytes = postcard(&e);
+            let b: EventBorrowed<'_> = postcard::from_bytes(&bytes).expect("borrowed decode");
+            assert_eq!(b.rows(), rows_of(&e), "{}", e.kind());
+            // The whole payload is consumed: the borrowed form has every field of the owned one.
+            let (_, rest): (EventBorrowed<'_>, &[u8]) =
+                postcard::take_from_bytes(&bytes).expect("decode");
+            assert!(rest.is_empty(), "{}", e.kind());
+        }
     }
 }

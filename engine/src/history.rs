@@ -2,7 +2,7 @@
 
 use crate::cursor::HistoryCursor;
 use crate::error::EngineError;
-use crate::event::{rows_of, Event};
+use crate::event::{rows_of, Event, RowSource};
 use crate::params::{
     Anchor, ContextResult, Direction, FieldText, HistoryPage, HistoryParams, Interaction, Position,
     QueueEntry, Row, SourceParams, TextPage, WatchEvent, WatchResult,
@@ -49,29 +49,8 @@ pub(crate) fn fence(inner: &Inner, through: Option<u64>) -> Result<u64, EngineEr
     }
 }
 
-/// Decodes events for a page, remembering the last one (a completion publishes many rows).
-struct EventCache {
-    sequence: u64,
-    event: Option<Event>,
-}
-
-impl EventCache {
-    fn get<'a>(
-        &'a mut self,
-        session: &Session,
-        inner: &Inner,
-        sequence: u64,
-    ) -> Result<&'a Event, EngineError> {
-        if self.event.is_none() || self.sequence != sequence {
-            self.event = Some(session.event_at(inner, sequence)?);
-            self.sequence = sequence;
-        }
-        Ok(self.event.as_ref().expect("filled above"))
-    }
-}
-
-fn make_row(event: &Event, position: Position) -> Result<Row, EngineError> {
-    let rows = rows_of(event);
+/// The wire row of item `position.item_index` of an event that publishes `rows`.
+fn make_row(rows: &[RowSource<'_>], position: Position) -> Result<Row, EngineError> {
     let src = rows.get(position.item_index as usize).ok_or_else(|| {
         EngineError::corrupt(
             "row.idx",
@@ -221,18 +200,21 @@ impl Session {
                 }
             }
         }
-        let mut cache = EventCache {
-            sequence: 0,
-            event: None,
-        };
+        // Backward pages show the end of a conversation, which clients read again: their
+        // events are cached. Forward pages page through history once: they are not.
+        let keep = direction == Direction::Backward;
         let mut rows = Vec::with_capacity(picked.len());
-        for e in &picked {
-            let pos = Position {
-                source_sequence: e.sequence,
-                item_index: e.item,
-            };
-            let event = cache.get(self, &inner, e.sequence)?;
-            rows.push(make_row(event, pos)?);
+        for run in picked.chunk_by(|a, b| a.sequence == b.sequence) {
+            self.with_event_rows(&inner, run[0].sequence, keep, |sources| {
+                for e in run {
+                    let pos = Position {
+                        source_sequence: e.sequence,
+                        item_index: e.item,
+                    };
+                    rows.push(make_row(sources, pos)?);
+                }
+                Ok::<(), EngineError>(())
+            })??;
         }
         let next_after = match (more, rows.last()) {
             (true, Some(last)) => Some(
@@ -268,7 +250,7 @@ impl Session {
                 pos.source_sequence, pos.item_index, self.id
             )));
         }
-        let event = self.event_at(&inner, pos.source_sequence)?;
+        let event = self.event_arc(&inner, pos.source_sequence)?;
         drop(inner);
         let rows = rows_of(&event);
         let row = rows.get(pos.item_index as usize).ok_or_else(|| {

@@ -99,8 +99,9 @@ pub use params::*;
 pub use patches::{PatchInfo, ReadPatchParams};
 pub use progress::{Progress, ProgressSink, ProgressUnit};
 pub use root::{
-    Root, RootOptions, INDEX_SYNC_INTERVAL, READ_ATTACHMENTS_BYTES_MAX, ROOT_FORMAT_VERSION,
-    ROOT_MAGIC, SEND_ATTACHMENTS_MAX, SEND_ATTACHMENT_BYTES_MAX, WORKSPACE_BYTES_MAX,
+    Root, RootOptions, SearchIndexing, INDEX_SYNC_INTERVAL, LOCK_WAIT_MAX,
+    READ_ATTACHMENTS_BYTES_MAX, ROOT_FORMAT_VERSION, ROOT_MAGIC, SEND_ATTACHMENTS_MAX,
+    SEND_ATTACHMENT_BYTES_MAX, WORKSPACE_BYTES_MAX,
 };
 pub use search::{
     SearchHit, SearchPage, SearchParams, SEARCH_CURSOR_VERSION, SEARCH_DIR, SEARCH_FIELDS,

@@ -1,7 +1,8 @@
 //! Log record kinds and payloads (postcard), see `docs/format.md`.
 
 use crate::error::EngineError;
-use crate::event::{Branch, Event};
+use crate::event::{Branch, Event, EventBorrowed, Item, Part};
+use crate::session::Prepared;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::path::Path;
@@ -32,6 +33,14 @@ pub(crate) struct EventRecordRef<'a> {
 pub(crate) struct EventRecord {
     pub sequence: u64,
     pub event: Event,
+}
+
+/// An `EventRecord` decoded with its texts borrowed from the payload (see [`EventBorrowed`]).
+#[derive(Deserialize)]
+pub(crate) struct EventRecordBorrowed<'a> {
+    pub sequence: u64,
+    #[serde(borrow)]
+    pub event: EventBorrowed<'a>,
 }
 
 /// What a mutation returned, kept so a repeat returns it again.
@@ -100,8 +109,191 @@ pub(crate) fn params_digest<T: Serialize>(mutation: &str, params: &T) -> [u8; 32
     h.finalize().into()
 }
 
+/// Bytes the postcard encoding of `event` takes, about (its texts plus a little): the capacity
+/// to encode it into without growing the buffer.
+pub(crate) fn encoded_size_hint(event: &Event) -> usize {
+    let items = |items: &[Item]| -> usize {
+        items
+            .iter()
+            .map(|i| match i {
+                Item::Assistant { body, thinking } => {
+                    body.len() + thinking.as_ref().map_or(0, String::len) + 16
+                }
+                Item::ToolCall {
+                    id,
+                    name,
+                    arguments,
+                    ..
+                } => id.len() + name.len() + arguments.len() + 24,
+            })
+            .sum()
+    };
+    64 + match event {
+        Event::UserMessage(m) => m.invocation.len() + m.text.len() + m.attachments.len() * 160,
+        Event::ModelCompletion(c) => c.invocation.len() + c.model.len() + items(&c.items),
+        Event::ToolResult(r) => {
+            let parts: usize = r
+                .parts
+                .iter()
+                .map(|p| match p {
+                    Part::Text { text } => text.len() + 8,
+                    Part::Attachment { digest } => digest.len() + 8,
+                })
+                .sum();
+            r.invocation.len()
+                + r.tool_call_id.len()
+                + r.body.len()
+                + r.raw.get().len()
+                + parts
+                + r.digest.len()
+        }
+        _ => 0,
+    }
+}
+
+/// Length of the LEB128 varint postcard writes for `n`.
+fn varint_len(n: usize) -> usize {
+    let bits = usize::BITS - n.leading_zeros();
+    (bits.max(1) as usize).div_ceil(7)
+}
+
+/// Where a toolResult's body text lies in the postcard encoding of its event: after the
+/// variant index, `invocation`, `toolCallId`, `status` and the body's length (format.md).
+pub(crate) fn tool_result_body_span(event: &Event) -> Option<std::ops::Range<usize>> {
+    let Event::ToolResult(r) = event else {
+        return None;
+    };
+    const TOOL_RESULT_VARIANT: u32 = 3;
+    let head = encode(&(
+        TOOL_RESULT_VARIANT,
+        &r.invocation,
+        &r.tool_call_id,
+        r.status,
+    ))
+    .len();
+    let start = head + varint_len(r.body.len());
+    Some(start..start + r.body.len())
+}
+
+/// Receipt digest of `append`: SHA-256 over `append`, a zero byte, the varint event count,
+/// then each event's postcard encoding, with the text of each toolResult body left out (its
+/// length stays in). Append has checked that the event's `digest` is the SHA-256 of that body,
+/// and the digest is part of the encoding, so it stands for the body: the body is hashed once
+/// (by that check), not twice.
+pub(crate) fn append_params_digest(events: &[Prepared]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(b"append\0");
+    h.update(encode(&(events.len() as u64)));
+    for e in events {
+        let bytes = e.bytes();
+        match tool_result_body_span(&e.event) {
+            Some(body) => {
+                debug_assert_eq!(
+                    bytes.get(body.clone()),
+                    Some(match &e.event {
+                        Event::ToolResult(r) => r.body.as_bytes(),
+                        _ => unreachable!("the span is of a toolResult"),
+                    })
+                );
+                h.update(&bytes[..body.start]);
+                h.update(&bytes[body.end..]);
+            }
+            None => h.update(bytes),
+        }
+    }
+    h.finalize().into()
+}
+
+/// Receipt digest of `append` as builds before [`append_params_digest`] computed it (over
+/// every byte of every event), still accepted for receipts they stored.
+pub(crate) fn append_params_digest_v1(events: &[Prepared]) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(b"append\0");
+    h.update(encode(&(events.len() as u64)));
+    for e in events {
+        h.update(e.bytes());
+    }
+    h.finalize().into()
+}
+
 /// First 8 bytes of SHA-256 of an operation string: the key of the receipt index.
 pub(crate) fn operation_hash(operation: &str) -> u64 {
     let d = Sha256::digest(operation.as_bytes());
     u64::from_le_bytes(d[..8].try_into().expect("8 bytes"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::{Item, ModelCompletion, Part, ToolResult, ToolStatus};
+    use crate::json::RawJson;
+    use crate::validate::sha256_digest;
+
+    fn tool_result(body: &str, status: ToolStatus) -> Event {
+        Event::ToolResult(ToolResult {
+            invocation: "inv-1".into(),
+            tool_call_id: "c".repeat(200),
+            status,
+            body: body.into(),
+            raw: RawJson::from_string("{\"a\":[1,2]}".into()).expect("json"),
+            parts: vec![Part::Text { text: body.into() }],
+            bytes: body.len() as u64,
+            digest: sha256_digest(body.as_bytes()),
+        })
+    }
+
+    #[test]
+    fn tool_result_body_span_names_the_body_bytes() {
+        for len in [0usize, 1, 127, 128, 16_383, 16_384, 70_000] {
+            for status in [ToolStatus::Ok, ToolStatus::MalformedArguments] {
+                let body = "é".repeat(len / 2) + &"x".repeat(len % 2);
+                let e = tool_result(&body, status);
+                let bytes = encode(&e);
+                let span = tool_result_body_span(&e).expect("a toolResult");
+                assert_eq!(&bytes[span.clone()], body.as_bytes(), "len {len}");
+                let est = encoded_size_hint(&e);
+                assert!(est >= bytes.len(), "hint {est} < {} bytes", bytes.len());
+            }
+        }
+        let other = Event::ModelCompletion(ModelCompletion {
+            invocation: "i".into(),
+            model: "m".into(),
+            items: vec![Item::Assistant {
+                body: "hello".into(),
+                thinking: None,
+            }],
+            usage: None,
+        });
+        assert_eq!(tool_result_body_span(&other), None);
+    }
+
+    #[test]
+    fn append_digest_leaves_out_only_the_body_text() {
+        let p = |events: Vec<Event>| -> Vec<Prepared> {
+            events.into_iter().map(Prepared::new).collect()
+        };
+        let a = p(vec![tool_result("one body", ToolStatus::Ok)]);
+        let b = p(vec![tool_result("two body", ToolStatus::Ok)]);
+        let c = p(vec![tool_result("one body", ToolStatus::Error)]);
+        // Different bodies differ through their digests; other fields differ directly.
+        assert_ne!(append_params_digest(&a), append_params_digest(&b));
+        assert_ne!(append_params_digest(&a), append_params_digest(&c));
+        assert_eq!(
+            append_params_digest(&a),
+            append_params_digest(&p(vec![tool_result("one body", ToolStatus::Ok)]))
+        );
+        assert_ne!(append_params_digest(&a), append_params_digest_v1(&a));
+        // Without toolResults both digests hash the same bytes.
+        let user = || {
+            vec![Event::UserMessage(crate::event::UserMessage {
+                invocation: "i".into(),
+                text: "hi".into(),
+                attachments: vec![],
+            })]
+        };
+        assert_eq!(
+            append_params_digest(&p(user())),
+            append_params_digest_v1(&p(user()))
+        );
+    }
 }

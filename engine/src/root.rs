@@ -57,6 +57,21 @@ pub struct RootOptions {
     pub segment_bytes_max: u64,
     /// Where long work (index rebuilds, postings builds, verify) reports progress.
     pub progress: ProgressSink,
+    /// When appended rows enter the search index.
+    pub search_indexing: SearchIndexing,
+}
+
+/// When appended rows enter a Session's search index (the index is derived either way, and a
+/// search always sees every row under its fence).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SearchIndexing {
+    /// Every append indexes its rows before it returns (default).
+    #[default]
+    OnAppend,
+    /// Appends leave the index behind; the next search of the Session indexes every row
+    /// appended since, reading them from the log. For bulk imports: appends cost only the
+    /// log and row indexes, and the first search pays for the indexing.
+    OnSearch,
 }
 
 impl Default for RootOptions {
@@ -66,6 +81,7 @@ impl Default for RootOptions {
             index_sync_interval: INDEX_SYNC_INTERVAL,
             segment_bytes_max: logbook_log::SEGMENT_BYTES_MAX,
             progress: ProgressSink::default(),
+            search_indexing: SearchIndexing::OnAppend,
         }
     }
 }
@@ -209,14 +225,29 @@ fn take_lock(dir: &Path) -> Result<File, EngineError> {
         .truncate(false)
         .open(&path)
         .map_err(|e| EngineError::io(&path, "open", e))?;
-    match rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
-        Ok(()) => Ok(f),
-        Err(rustix::io::Errno::WOULDBLOCK) => Err(EngineError::Busy {
-            path: dir.to_owned(),
-        }),
-        Err(e) => Err(EngineError::io(&path, "lock", std::io::Error::from(e))),
+    // A lock can outlive its Root by a moment: a child process that this process spawns
+    // shares every open file description until its exec closes them, so a Root dropped and
+    // opened again while another thread spawns can find its own old lock still held. Such a
+    // lock goes within milliseconds; another writer's lock does not.
+    let deadline = std::time::Instant::now() + LOCK_WAIT_MAX;
+    loop {
+        match rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => return Ok(f),
+            Err(rustix::io::Errno::WOULDBLOCK) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Err(rustix::io::Errno::WOULDBLOCK) => {
+                return Err(EngineError::Busy {
+                    path: dir.to_owned(),
+                })
+            }
+            Err(e) => return Err(EngineError::io(&path, "lock", std::io::Error::from(e))),
+        }
     }
 }
+
+/// How long opening a Root waits for a held writer lock before it answers `Busy`.
+pub const LOCK_WAIT_MAX: Duration = Duration::from_millis(500);
 
 fn validate_workspace(w: &str) -> Result<(), EngineError> {
     if !w.starts_with('/') || w.contains('\0') || w.len() > WORKSPACE_BYTES_MAX {
@@ -546,22 +577,19 @@ impl Root {
             validate_event(i, e)?;
         }
         let s = self.session(&p.session_id)?;
-        // Encode every event once: the receipt digest (mutation name, 0, postcard of the event
-        // list) and the record payloads both use these bytes.
+        // Encode every event once: the receipt digest and the record payloads use these bytes.
         let prepared: Vec<Prepared> = p.events.into_iter().map(Prepared::new).collect();
-        let params = {
-            let mut h = Sha256::new();
-            h.update(b"append\0");
-            h.update(records::encode(&(prepared.len() as u64)));
-            for e in &prepared {
-                h.update(&e.bytes);
-            }
-            h.finalize().into()
-        };
+        let params = records::append_params_digest(&prepared);
         let blobs = &self.shared.blobs;
-        let mut prepared = Some(prepared);
+        // Shared by the two closures: `legacy` runs only on a repeat (before `build`, which
+        // then does not run), `build` only on a first call.
+        let prepared = std::cell::RefCell::new(Some(prepared));
+        let legacy = || {
+            let events = prepared.borrow();
+            records::append_params_digest_v1(events.as_deref().unwrap_or_default())
+        };
         let mut build = |state: &State, first: u64| {
-            let events = prepared.take().expect("build runs once");
+            let events = prepared.borrow_mut().take().expect("build runs once");
             let plain: Vec<&Event> = events.iter().map(|e| &e.event).collect();
             check_batch(state, &plain)?;
             for (i, e) in plain.iter().enumerate() {
@@ -580,11 +608,12 @@ impl Root {
             let last = first + events.len() as u64 - 1;
             Ok((events, Outcome::Append { first, last }))
         };
-        match s.mutate(Mutation {
+        let m = Mutation {
             operation: &p.operation,
             params,
             build: &mut build,
-        })? {
+        };
+        match s.mutate_or_legacy(m, Some(&legacy))? {
             Outcome::Append { first, last } => Ok(AppendResult {
                 first_sequence: first,
                 last_sequence: last,
@@ -953,6 +982,9 @@ impl Shared {
             if source == id {
                 s.add_fork_op(operation);
             }
+        }
+        if self.options.search_indexing == SearchIndexing::OnSearch {
+            s.index_search_on_search();
         }
         *slot = Some(Arc::clone(&s));
         lock(&self.opened).push(Arc::clone(&s));

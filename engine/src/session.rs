@@ -13,9 +13,9 @@
 //! only the records after it are scanned.
 
 use crate::error::EngineError;
-use crate::event::{rows_of, Branch, Event, RowKind, SessionCreated};
+use crate::event::{rows_of, Branch, Event, RowKind, RowSource, SessionCreated};
 use crate::progress::{ProgressSink, ProgressUnit};
-use crate::records::{self, EventRecord, EventRecordRef, Outcome, Receipt};
+use crate::records::{self, EventRecord, EventRecordBorrowed, EventRecordRef, Outcome, Receipt};
 use crate::search::SearchIndex;
 use crate::state::State;
 use logbook_index::FixedIndex;
@@ -264,17 +264,48 @@ type ReceiptMap = HashMap<u64, Vec<Location>>;
 pub(crate) type BuildFn<'a> =
     dyn FnMut(&State, u64) -> Result<(Vec<Prepared>, Outcome), EngineError> + 'a;
 
+/// Room kept before an event's encoding for the varint of its sequence (a u64 takes at most 10).
+const SEQUENCE_ROOM: usize = 10;
+
 /// An event with its postcard encoding, made once: the receipt digest and the record payload
-/// both use these bytes.
+/// both use these bytes, and the payload is written around them without another copy.
 pub(crate) struct Prepared {
     pub event: Event,
-    pub bytes: Vec<u8>,
+    /// `SEQUENCE_ROOM` bytes, then the postcard encoding of the event.
+    buf: Vec<u8>,
+    /// Where the record payload starts in `buf` once [`Prepared::set_sequence`] has run.
+    start: usize,
 }
 
 impl Prepared {
     pub(crate) fn new(event: Event) -> Prepared {
-        let bytes = records::encode(&event);
-        Prepared { event, bytes }
+        let mut buf = Vec::with_capacity(SEQUENCE_ROOM + records::encoded_size_hint(&event));
+        buf.resize(SEQUENCE_ROOM, 0);
+        let buf =
+            postcard::to_io(&event, buf).expect("encoding into a Vec cannot fail for these types");
+        Prepared {
+            event,
+            buf,
+            start: SEQUENCE_ROOM,
+        }
+    }
+
+    /// The postcard encoding of the event.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.buf[SEQUENCE_ROOM..]
+    }
+
+    /// Writes `sequence` before the event's bytes: the result is the postcard encoding of
+    /// `EventRecord { sequence, event }` (the varint sequence, then the event).
+    fn set_sequence(&mut self, sequence: u64) {
+        let seq = records::encode(&sequence);
+        self.start = SEQUENCE_ROOM - seq.len();
+        self.buf[self.start..SEQUENCE_ROOM].copy_from_slice(&seq);
+    }
+
+    /// The record payload, after [`Prepared::set_sequence`].
+    fn payload(&self) -> &[u8] {
+        &self.buf[self.start..]
     }
 }
 
@@ -341,6 +372,8 @@ pub(crate) struct Session {
     fork_ops: Mutex<HashSet<String>>,
     /// Where index rebuilds report their progress.
     pub(crate) progress: ProgressSink,
+    /// Appends leave the search index behind ([`crate::SearchIndexing::OnSearch`]).
+    search_on_search: AtomicBool,
 }
 
 fn lock_cache(m: &Mutex<EventCache>) -> MutexGuard<'_, EventCache> {
@@ -423,6 +456,7 @@ impl Session {
             search: SearchIndex::new(dir),
             fork_ops: Mutex::new(HashSet::new()),
             progress,
+            search_on_search: AtomicBool::new(false),
         };
         session.replay_tail(start, segment_bytes)?;
         let rev = session.read().state.revision;
@@ -563,6 +597,11 @@ impl Session {
         self.inner.write().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// From now on appends do not index their rows for search; the next search catches up.
+    pub(crate) fn index_search_on_search(&self) {
+        self.search_on_search.store(true, Ordering::Release);
+    }
+
     pub(crate) fn log(&self) -> &Log {
         &self.log
     }
@@ -595,11 +634,46 @@ impl Session {
         Ok(Event::clone(&*self.event_arc(inner, sequence)?))
     }
 
-    fn read_event_uncached(
+    /// Calls `f` with the rows event `sequence` publishes. A cached event is used as it is; else
+    /// the record is read and, with `keep`, decoded and cached, or without, decoded with its
+    /// texts borrowed from the bytes the log read (no copy but the ones `f` makes). Bulk reads
+    /// pass `keep = false` so they do not push the recently used events out of the cache.
+    pub(crate) fn with_event_rows<R>(
         &self,
         inner: &Inner,
         sequence: u64,
-    ) -> Result<(Event, usize), EngineError> {
+        keep: bool,
+        f: impl FnOnce(&[RowSource<'_>]) -> R,
+    ) -> Result<R, EngineError> {
+        if let Some(b) = inner.base_of_seq(sequence) {
+            // Below the fence: the source's event, read the source's way.
+            return b
+                .session
+                .with_event_rows(&b.session.read(), sequence, keep, f);
+        }
+        if let Some(e) = lock_cache(&self.cache).get(sequence) {
+            return Ok(f(&rows_of(&e)));
+        }
+        if keep {
+            let e = self.event_arc(inner, sequence)?;
+            return Ok(f(&rows_of(&e)));
+        }
+        let (loc, payload) = self.read_event_record(inner, sequence)?;
+        let er: EventRecordBorrowed<'_> =
+            records::decode(self.log.dir(), "an event record", &payload)?;
+        if er.sequence != sequence {
+            let why = format!("the record there holds event {}", er.sequence);
+            return Err(self.damaged_index(sequence, loc, &why));
+        }
+        Ok(f(&er.event.rows()))
+    }
+
+    /// The payload of event `sequence`'s record (checked to be an event record).
+    fn read_event_record(
+        &self,
+        inner: &Inner,
+        sequence: u64,
+    ) -> Result<(Location, Vec<u8>), EngineError> {
         let loc = inner.location(sequence).ok_or_else(|| {
             EngineError::not_found(format!("event {sequence} of Session {}", self.id))
         })?;
@@ -610,12 +684,21 @@ impl Session {
         if record.kind != records::KIND_EVENT {
             return Err(self.damaged_index(sequence, loc, "the record there is not an event"));
         }
-        let er: EventRecord = records::decode(self.log.dir(), "an event record", &record.payload)?;
+        Ok((loc, record.payload))
+    }
+
+    fn read_event_uncached(
+        &self,
+        inner: &Inner,
+        sequence: u64,
+    ) -> Result<(Event, usize), EngineError> {
+        let (loc, payload) = self.read_event_record(inner, sequence)?;
+        let er: EventRecord = records::decode(self.log.dir(), "an event record", &payload)?;
         if er.sequence != sequence {
             let why = format!("the record there holds event {}", er.sequence);
             return Err(self.damaged_index(sequence, loc, &why));
         }
-        Ok((er.event, record.payload.len()))
+        Ok((er.event, payload.len()))
     }
 
     /// The sequence index named a location that does not hold the event: the index (derived)
@@ -714,9 +797,20 @@ impl Session {
     /// Applies a mutation once: a repeat with the same parameters returns the stored outcome,
     /// with other parameters fails with Conflict. Events and receipt go in one log batch.
     pub(crate) fn mutate(&self, m: Mutation<'_>) -> Result<Outcome, EngineError> {
+        self.mutate_or_legacy(m, None)
+    }
+
+    /// [`Session::mutate`], where a stored receipt also counts as a repeat when its parameter
+    /// digest equals `legacy()`: the digest an older build computed for the same parameters
+    /// (called only when a receipt is found whose digest differs from `m.params`).
+    pub(crate) fn mutate_or_legacy(
+        &self,
+        m: Mutation<'_>,
+        legacy: Option<&dyn Fn() -> [u8; 32]>,
+    ) -> Result<Outcome, EngineError> {
         let mut map = self.writer();
         if let Some(r) = self.find_receipt(&mut map, m.operation)? {
-            if r.params == m.params {
+            if r.params == m.params || legacy.is_some_and(|f| f() == r.params) {
                 return Ok(r.outcome);
             }
             return Err(EngineError::conflict(format!(
@@ -732,34 +826,29 @@ impl Session {
             )));
         }
         let first = self.read().state.revision + 1;
-        let (events, outcome) = {
+        let (mut events, outcome) = {
             let inner = self.read();
             (m.build)(&inner.state, first)?
         };
         let n = events.len();
-        let mut payloads = Vec::with_capacity(n + 1);
-        for (i, p) in events.iter().enumerate() {
-            // postcard of EventRecord { sequence, event } is the varint sequence, then the event.
-            let mut payload = records::encode(&(first + i as u64));
-            payload.extend_from_slice(&p.bytes);
-            payloads.push(payload);
+        for (i, p) in events.iter_mut().enumerate() {
+            p.set_sequence(first + i as u64);
         }
-        let receipt = Receipt {
+        let receipt = records::encode(&Receipt {
             operation: m.operation.to_owned(),
             params: m.params,
             outcome: outcome.clone(),
-        };
-        payloads.push(records::encode(&receipt));
-        let mut batch: Vec<Record<'_>> = payloads[..n]
+        });
+        let mut batch: Vec<Record<'_>> = events
             .iter()
             .map(|p| Record {
                 kind: records::KIND_EVENT,
-                payload: p,
+                payload: p.payload(),
             })
             .collect();
         batch.push(Record {
             kind: records::KIND_RECEIPT,
-            payload: &payloads[n],
+            payload: &receipt,
         });
         let locs = self.log.append(&batch)?;
         drop(batch);
@@ -772,9 +861,10 @@ impl Session {
             }
             inner.index_receipt(locs[n], m.operation);
         }
-        let appended: Vec<&Event> = events.iter().map(|p| &p.event).collect();
-        self.search.appended(self, first_row, &appended, &locs);
-        drop(appended);
+        if !self.search_on_search.load(Ordering::Acquire) {
+            let appended: Vec<&Event> = events.iter().map(|p| &p.event).collect();
+            self.search.appended(self, first_row, &appended, &locs);
+        }
         if let Some(map) = map.as_mut() {
             map.entry(records::operation_hash(m.operation))
                 .or_default()
@@ -783,8 +873,9 @@ impl Session {
         drop(map);
         {
             let mut cache = lock_cache(&self.cache);
-            for (i, (p, payload)) in events.into_iter().zip(&payloads).enumerate() {
-                cache.insert(first + i as u64, Arc::new(p.event), payload.len());
+            for (i, p) in events.into_iter().enumerate() {
+                let size = p.payload().len();
+                cache.insert(first + i as u64, Arc::new(p.event), size);
             }
         }
         self.dirty.store(true, Ordering::Release);

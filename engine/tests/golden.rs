@@ -12,6 +12,21 @@ fn data() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data")
 }
 
+/// The events of the fixture's append `a1` (JSON), for the invocation `send` returned.
+fn a1_events(inv: &str) -> String {
+    format!(
+        r#"[{{"kind":"contextPrepared","invocation":"{inv}","groups":[{{"role":"user","messages":[{{"text":"hi"}}],"estimatedTokens":12}}],"tools":[{{"name":"read","estimatedTokens":40}}],"providerUsage":{{"inputTokens":52}}}},
+            {{"kind":"modelCompletion","invocation":"{inv}","model":"model-x","items":[
+              {{"kind":"assistant","body":"Reading it.","thinking":"The user wants the file."}},
+              {{"kind":"toolCall","id":"call-1","name":"read","arguments":"{{\"path\": \"src/main.rs\"}}"}},
+              {{"kind":"toolCall","id":"call-2","name":"bookkeeping","arguments":"{{oops","internal":true}}],"usage":{{"inputTokens":52,"outputTokens":9}}}},
+            {},{},
+            {{"kind":"interactionRequested","interactionId":"ask-1","invocation":"{inv}","prompt":"Allow writing?","options":["yes","no"]}}]"#,
+        tool_result(inv, "call-1", "fn main() {}\n"),
+        tool_result(inv, "call-2", "")
+    )
+}
+
 fn build(dir: &Path) {
     let root = Root::open_or_init(dir).expect("init");
     root.create_session(CreateSessionParams {
@@ -40,17 +55,7 @@ fn build(dir: &Path) {
         })
         .expect("send");
     let inv = sent.invocation;
-    let json = format!(
-        r#"[{{"kind":"contextPrepared","invocation":"{inv}","groups":[{{"role":"user","messages":[{{"text":"hi"}}],"estimatedTokens":12}}],"tools":[{{"name":"read","estimatedTokens":40}}],"providerUsage":{{"inputTokens":52}}}},
-            {{"kind":"modelCompletion","invocation":"{inv}","model":"model-x","items":[
-              {{"kind":"assistant","body":"Reading it.","thinking":"The user wants the file."}},
-              {{"kind":"toolCall","id":"call-1","name":"read","arguments":"{{\"path\": \"src/main.rs\"}}"}},
-              {{"kind":"toolCall","id":"call-2","name":"bookkeeping","arguments":"{{oops","internal":true}}],"usage":{{"inputTokens":52,"outputTokens":9}}}},
-            {},{},
-            {{"kind":"interactionRequested","interactionId":"ask-1","invocation":"{inv}","prompt":"Allow writing?","options":["yes","no"]}}]"#,
-        tool_result(&inv, "call-1", "fn main() {}\n"),
-        tool_result(&inv, "call-2", "")
-    );
+    let json = a1_events(&inv);
     append(&root, "golden", "a1", &json).expect("append");
     root.respond(RespondParams {
         session_id: "golden".into(),
@@ -181,4 +186,33 @@ fn golden_v1_root_reads_as_recorded() {
     }
     let root = Root::open(&copy2).expect("open golden without indexes");
     assert_eq!(observe(&root), expected);
+}
+
+#[test]
+fn golden_v1_receipts_still_answer_repeats() {
+    // Receipts of format v1 hold the append digest over every event byte; the digest is now
+    // computed without toolResult bodies, and the old one must still recognise a repeat.
+    let tmp = tempfile::tempdir().expect("tmp");
+    let copy = tmp.path().join("r");
+    copy_dir(&data().join("golden-v1"), &copy);
+    let root = Root::open(&copy).expect("open golden");
+    let rev = root.revision("golden").expect("rev");
+    let inv = match root.read_event("golden", 2).expect("event") {
+        Event::UserMessage(m) => m.invocation,
+        other => panic!("{other:?}"),
+    };
+    let again = append(&root, "golden", "a1", &a1_events(&inv)).expect("repeat of a1");
+    assert_eq!(
+        (again.first_sequence, again.last_sequence),
+        (3, 7),
+        "the stored outcome of a1"
+    );
+    assert_eq!(
+        root.revision("golden").expect("rev"),
+        rev,
+        "nothing appended"
+    );
+    let changed = a1_events(&inv).replace("Reading it.", "Reading it!");
+    let e = append(&root, "golden", "a1", &changed).expect_err("other parameters");
+    assert_eq!(e.kind(), ErrorKind::Conflict, "{e}");
 }

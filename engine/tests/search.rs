@@ -109,6 +109,18 @@ fn options(segment: u64) -> RootOptions {
     }
 }
 
+/// Either way of indexing, at random: the answers must not depend on it.
+fn random_options(segment: u64, rng: &mut Rng) -> RootOptions {
+    RootOptions {
+        search_indexing: if rng.chance(50) {
+            SearchIndexing::OnSearch
+        } else {
+            SearchIndexing::OnAppend
+        },
+        ..options(segment)
+    }
+}
+
 fn tool_result(inv: &str, call: &str, body: &str) -> serde_json::Value {
     serde_json::json!({
         "kind": "toolResult", "invocation": inv, "toolCallId": call, "status": "ok", "body": body,
@@ -416,7 +428,7 @@ fn random_histories_match_the_reference() {
         let dir = tempfile::tempdir().unwrap();
         let segment = [256, 1024, 4096][rng.below(3) as usize];
         Root::init(dir.path()).unwrap();
-        let mut root = Root::open_with(dir.path(), options(segment)).unwrap();
+        let mut root = Root::open_with(dir.path(), random_options(segment, &mut rng)).unwrap();
         let sid = common::create(&root, "s");
         let mut m = Model {
             revision: 1,
@@ -428,7 +440,7 @@ fn random_histories_match_the_reference() {
             }
             if rng.chance(50) {
                 drop(root);
-                root = Root::open_with(dir.path(), options(segment)).unwrap();
+                root = Root::open_with(dir.path(), random_options(segment, &mut rng)).unwrap();
             }
             check_queries(&root, &sid, &m, &mut rng, 12, seed);
             if round == 3 {
