@@ -88,6 +88,7 @@ fn nosync(segment_bytes_max: u64) -> LogConfig {
     LogConfig {
         segment_bytes_max,
         durability: Durability::NoSyncBulkImport,
+        ..LogConfig::default()
     }
 }
 

@@ -27,7 +27,7 @@ fn make(name: &str, segment_bytes_max: u64, batches: u32, torn: usize) {
     let dir = tmp.path().join("log");
     let log = Log::create(
         &dir,
-        LogConfig { segment_bytes_max, durability: Durability::NoSyncBulkImport },
+        LogConfig { segment_bytes_max, durability: Durability::NoSyncBulkImport , ..LogConfig::default() },
     )
     .expect("create");
     for i in 0..batches {

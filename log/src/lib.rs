@@ -56,12 +56,12 @@ pub use crate::format::{
 };
 pub use crate::log::{
     Durability, Location, Log, LogConfig, OwnedRecord, Record, Recovery, Scan, VerifyReport,
-    GROUP_COMMIT_GATHER_MAX, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, WRITE_BUFFER_BYTES,
+    GROUP_COMMIT_GATHER_MAX, PREALLOCATE_BYTES, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, WRITE_BUFFER_BYTES,
 };
 
 /// Internal layouts, exposed for the fuzz targets and format tests only.
 #[doc(hidden)]
 pub mod internals {
     pub use crate::format::*;
-    pub use crate::walk::{judge_tail, walk, Tail, Walk};
+    pub use crate::walk::{judge_tail, judge_tail_at, walk, walk_at, Tail, Walk};
 }

@@ -12,6 +12,7 @@ fn cfg(segment_bytes_max: u64) -> LogConfig {
     LogConfig {
         segment_bytes_max,
         durability: Durability::Sync,
+        ..LogConfig::default()
     }
 }
 
@@ -117,6 +118,7 @@ fn no_space_is_a_clear_error() {
         let c = LogConfig {
             segment_bytes_max: 1 << 20,
             durability,
+            ..LogConfig::default()
         };
         let (log, faults) = faulty(&d, c.clone());
         log.append(&rec(b"a")).unwrap();
@@ -273,6 +275,7 @@ fn nosync_buffer_is_not_rewritten_after_a_failed_flush() {
     let c = LogConfig {
         segment_bytes_max: 1 << 20,
         durability: Durability::NoSyncBulkImport,
+        ..LogConfig::default()
     };
     let (log, faults) = faulty(&d, c.clone());
     let at = log.append(&rec(b"buffered")).unwrap()[0];
