@@ -56,7 +56,8 @@ pub use crate::format::{
 };
 pub use crate::log::{
     Durability, Location, Log, LogConfig, OwnedRecord, Record, Recovery, Scan, VerifyReport,
-    GROUP_COMMIT_GATHER_MAX, PREALLOCATE_BYTES, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, WRITE_BUFFER_BYTES,
+    GROUP_COMMIT_GATHER_MAX, PREALLOCATE_BYTES, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN,
+    WRITE_BUFFER_BYTES,
 };
 
 /// Internal layouts, exposed for the fuzz targets and format tests only.

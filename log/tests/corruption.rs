@@ -159,17 +159,30 @@ fn truncation_inside_the_zero_region_is_a_clean_end() {
         copy_dir(&orig, &d);
         std::fs::write(d.join(&name), &file[..cut]).unwrap();
         let (log, rec) = Log::open(&d, cfg(1 << 20)).unwrap_or_else(|e| panic!("cut {cut}: {e}"));
-        assert_eq!(rec.cut_bytes, 0, "zeros after the last batch are no torn tail ({cut})");
+        assert_eq!(
+            rec.cut_bytes, 0,
+            "zeros after the last batch are no torn tail ({cut})"
+        );
         assert_eq!(rec.cut_copy, None);
-        assert_eq!(log.end().offset, end as u64, "the zeros are not part of the log");
-        assert_eq!(whole_batch_prefix(&scan_all(&log).unwrap(), &want), want.len());
+        assert_eq!(
+            log.end().offset,
+            end as u64,
+            "the zeros are not part of the log"
+        );
+        assert_eq!(
+            whole_batch_prefix(&scan_all(&log).unwrap(), &want),
+            want.len()
+        );
         let at = log
             .append(&[Record {
                 kind: 200,
                 payload: b"after the zeros?",
             }])
             .unwrap();
-        assert_eq!(at[0].offset, end as u64, "the next record overwrites the zeros");
+        assert_eq!(
+            at[0].offset, end as u64,
+            "the next record overwrites the zeros"
+        );
         drop(log);
         let (log, rec) = Log::open(&d, cfg(1 << 20)).unwrap();
         assert_eq!(rec.cut_bytes, 0);
@@ -214,7 +227,11 @@ fn a_frame_torn_into_the_zero_region_is_cut() {
         }
         assert_eq!(log.end().offset, first_of_last as u64, "{zero_from}");
         let got = scan_all(&log).unwrap();
-        assert_eq!(whole_batch_prefix(&got, &want), want.len() - 1, "{zero_from}");
+        assert_eq!(
+            whole_batch_prefix(&got, &want),
+            want.len() - 1,
+            "{zero_from}"
+        );
         log.append(&[Record {
             kind: 9,
             payload: b"next",
@@ -251,9 +268,16 @@ fn flipped_bits_in_the_zero_region_are_cut_never_data() {
         copy_dir(&orig, &d);
         std::fs::write(d.join(&name), &bytes).unwrap();
         let (log, rec) = Log::open(&d, cfg(1 << 20)).unwrap_or_else(|e| panic!("{at}: {e}"));
-        assert_eq!(rec.cut_bytes, (at + 1 - end) as u64, "{at}: copied up to the flip");
+        assert_eq!(
+            rec.cut_bytes,
+            (at + 1 - end) as u64,
+            "{at}: copied up to the flip"
+        );
         assert_eq!(log.end().offset, end as u64, "{at}");
-        assert_eq!(whole_batch_prefix(&scan_all(&log).unwrap(), &want), want.len());
+        assert_eq!(
+            whole_batch_prefix(&scan_all(&log).unwrap(), &want),
+            want.len()
+        );
         log.verify().unwrap();
         log.append(&[Record {
             kind: 9,
