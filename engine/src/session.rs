@@ -316,12 +316,35 @@ impl Session {
         dir: &Path,
         config: LogConfig,
     ) -> Result<Session, EngineError> {
-        let (log, _recovery) = Log::open(&dir.join("log"), config)?;
-        let (seq, f1) = open_index(&dir.join("seq.idx"), SEQ_TAG, SEQ_ENTRY_BYTES)?;
+        let seq_path = dir.join("seq.idx");
+        let seq_found = FixedIndex::open(&seq_path, SEQ_TAG, SEQ_ENTRY_BYTES)
+            .ok()
+            .filter(|ix| ix.cut_bytes() == 0);
+        let (state, cover) = State::load_covering(&dir.join("state.ckpt")).unwrap_or_default();
+        // The checkpoint's last event was durable in the log when the checkpoint was written
+        // (`sync_indexes` syncs the log first), so the log need only check what follows it.
+        // The log proves the mark is a record before using it; `resume_point` below checks
+        // that it is this event.
+        let mark = seq_found.as_ref().and_then(|ix| {
+            let c = state.revision;
+            let e = ix.get(c.checked_sub(1)?)?;
+            Some(entry_loc(e, 0))
+        });
+        let log_dir = dir.join("log");
+        let (log, _recovery) = match mark {
+            Some(m) => Log::open_from(&log_dir, config, m)?,
+            None => Log::open(&log_dir, config)?,
+        };
+        let (seq, f1) = match seq_found {
+            Some(ix) => (ix, false),
+            None => (
+                FixedIndex::create(&seq_path, SEQ_TAG, SEQ_ENTRY_BYTES)?,
+                true,
+            ),
+        };
         let (rows, f2) = open_index(&dir.join("row.idx"), ROW_TAG, ROW_ENTRY_BYTES)?;
         let (receipts, f3) =
             open_index(&dir.join("receipt.idx"), RECEIPT_TAG, RECEIPT_ENTRY_BYTES)?;
-        let (state, cover) = State::load_covering(&dir.join("state.ckpt")).unwrap_or_default();
         let mut inner = Inner {
             seq,
             rows,
@@ -786,6 +809,13 @@ impl Session {
             };
             (inner.state.clone(), cover)
         };
+        // The checkpoint promises that the event it covers is durable in the log (the next open
+        // checks the log only from there on). Every event it covers was appended before the
+        // snapshot above, so this sync covers them (in NoSyncBulkImport mode it is needed).
+        if let Err(e) = self.log.sync() {
+            self.dirty.store(true, Ordering::Release);
+            return Err(e.into());
+        }
         state.0.save_covering(&self.dir.join("state.ckpt"), state.1)
     }
 }
