@@ -180,11 +180,16 @@ impl Inner {
     }
 
     fn index_receipt(&mut self, loc: Location, operation: &str) {
-        let mut b = [0u8; RECEIPT_ENTRY_BYTES as usize];
-        b[0..8].copy_from_slice(&records::operation_hash(operation).to_le_bytes());
-        b[8..24].copy_from_slice(&loc_entry(loc, 0)[..16]);
-        self.receipts.push(&b);
+        self.receipts.push(&receipt_entry(loc, operation));
     }
+}
+
+/// The receipt index entry of the receipt of `operation` at `loc`.
+fn receipt_entry(loc: Location, operation: &str) -> [u8; RECEIPT_ENTRY_BYTES as usize] {
+    let mut b = [0u8; RECEIPT_ENTRY_BYTES as usize];
+    b[0..8].copy_from_slice(&records::operation_hash(operation).to_le_bytes());
+    b[8..24].copy_from_slice(&loc_entry(loc, 0)[..16]);
+    b
 }
 
 /// Receipt locations by operation hash, built on the first mutation from `receipt.idx`.
@@ -378,13 +383,14 @@ impl Session {
     }
 
     /// Cuts the indexes back to what the checkpoint covers and returns where to scan from
-    /// (`None` = the covered event itself must be skipped at `Some(loc)`).
+    /// (`None` = from the start; `Some((loc, r))` = after the covered event at `loc`, whose
+    /// receipts from entry `r` on are checked against the log's instead of being cut).
     fn resume_point(
         log: &Log,
         inner: &mut Inner,
         fresh_index: bool,
         cover: crate::state::Coverage,
-    ) -> Result<Option<Location>, EngineError> {
+    ) -> Result<Option<(Location, u64)>, EngineError> {
         let c = inner.state.revision;
         let trusted = c > 0
             && !fresh_index
@@ -405,9 +411,11 @@ impl Session {
         inner.seq.truncate(c)?;
         let keep_rows = inner.rows_through(c);
         inner.rows.truncate(keep_rows)?;
+        // Receipts after the covered event (its own batch's receipt, typically) are not cut
+        // here: the replay compares them with the log's and cuts only where they differ, so
+        // an open that finds nothing new writes nothing.
         let keep_receipts = inner.receipts.partition_point(|e| entry_loc(e, 8) <= loc_c);
-        inner.receipts.truncate(keep_receipts)?;
-        Ok(Some(loc_c))
+        Ok(Some((loc_c, keep_receipts)))
     }
 
     fn is_event_at(log: &Log, loc: Location, sequence: u64) -> bool {
@@ -420,11 +428,11 @@ impl Session {
         }
     }
 
-    fn replay_tail(&self, from: Option<Location>) -> Result<(), EngineError> {
+    fn replay_tail(&self, from: Option<(Location, u64)>) -> Result<(), EngineError> {
         let mut inner = self.write();
-        let (start, skip_first) = match from {
-            Some(loc) => (loc, true),
-            None => (self.log.start(), false),
+        let (start, skip_first, mut receipt_at) = match from {
+            Some((loc, r)) => (loc, true, r),
+            None => (self.log.start(), false, 0),
         };
         let log_path = self.log.dir().to_owned();
         let mut replayed = !skip_first;
@@ -433,7 +441,9 @@ impl Session {
             if n == 0 && skip_first {
                 continue;
             }
-            replayed = true;
+            if record.kind != records::KIND_RECEIPT {
+                replayed = true;
+            }
             match record.kind {
                 records::KIND_EVENT => {
                     let er: EventRecord =
@@ -453,12 +463,25 @@ impl Session {
                 records::KIND_RECEIPT => {
                     let r: Receipt =
                         records::decode(&log_path, "a receipt record", &record.payload)?;
-                    inner.index_receipt(loc, &r.operation);
+                    let entry = receipt_entry(loc, &r.operation);
+                    if inner.receipts.get(receipt_at) == Some(&entry[..]) {
+                        // Already indexed (and durable): nothing to do for this one.
+                        receipt_at += 1;
+                        continue;
+                    }
+                    if inner.receipts.len() > receipt_at {
+                        inner.receipts.truncate(receipt_at)?;
+                    }
+                    inner.receipts.push(&entry);
+                    receipt_at += 1;
+                    replayed = true;
+                    continue;
                 }
                 records::KIND_FORK => {
                     // Everything before the marker was copied from the source Session: its
                     // receipts are the source's, and the marker's rules reset the state.
                     crate::fork::replay_marker(&log_path, loc, &record.payload, &mut inner)?;
+                    receipt_at = inner.receipts.len();
                 }
                 other => {
                     return Err(EngineError::corrupt(
@@ -467,6 +490,11 @@ impl Session {
                     ))
                 }
             }
+        }
+        if inner.receipts.len() > receipt_at {
+            // Receipt entries the log does not hold (the index was ahead of a cut log).
+            inner.receipts.truncate(receipt_at)?;
+            replayed = true;
         }
         drop(inner);
         if replayed {
