@@ -17,7 +17,12 @@
 //!   segment) and syncs the cut before anything is appended. Any other damage is an error naming
 //!   file and offset; a bad record is never skipped.
 //! - Open costs O(unsealed tail): sealed segments contribute their header, footer and block
-//!   table only. [`Log::verify`] walks every checksum.
+//!   table only. [`Log::open_from`] checks only the newest segment's bytes after a durable
+//!   mark the caller supplies (and proves that mark first). [`Log::verify`] walks every
+//!   checksum.
+//! - With [`Durability::Sync`], the newest segment ends in a zero-filled, synced region ahead
+//!   of the write position ([`LogConfig::preallocate_bytes`]), so a commit's fdatasync only
+//!   overwrites allocated blocks. The zeros are never part of the logical stream.
 //! - Sealed segments are read through read-only maps, and a mapped file is never modified in
 //!   place. Readers take only short locks and never wait for a sync.
 //!
