@@ -478,7 +478,8 @@ impl Log {
         let mut rec = Recovery::default();
         let mut segments = BTreeMap::new();
         let mut to_seal = Vec::new();
-        let mut newest: Option<(Arc<dyn IoFile>, PathBuf, u64, u64, bool)> = None;
+        let mut newest: Option<(Arc<dyn IoFile>, PathBuf, u64)> = None;
+        // The newest segment's file length and whether it may end in zeros (version 2).
         let mut newest_tail = (0u64, false);
         for (&n, &(has_active, has_sealed)) in &found {
             let active_path = dir.join(active_name(n));
@@ -531,13 +532,7 @@ impl Log {
                 len
             };
             if n == last {
-                newest = Some((
-                    Arc::clone(&f),
-                    active_path.clone(),
-                    len,
-                    newest_tail.0,
-                    newest_tail.1,
-                ));
+                newest = Some((Arc::clone(&f), active_path.clone(), len));
             }
             segments.insert(
                 n,
@@ -548,7 +543,7 @@ impl Log {
             );
         }
         let (file, path, len, mut file_end, preallocated, head) = match newest {
-            Some((f, p, len, file_end, v2)) => (f, p, len, file_end, v2, last),
+            Some((f, p, len)) => (f, p, len, newest_tail.0, newest_tail.1, last),
             None => {
                 // The newest segment is sealed: start a fresh one after it.
                 let n = last.checked_add(1).ok_or_else(|| {
