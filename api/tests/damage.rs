@@ -468,9 +468,32 @@ fn run(kind: FileType, edge: u64, spread: u64) -> Tally {
         detected: 0,
     };
     for rel in files {
-        let len = std::fs::metadata(reference_for(kind).dir.join(&rel))
+        let file_len = std::fs::metadata(reference_for(kind).dir.join(&rel))
             .unwrap()
             .len();
+        // An active log segment may end in its preallocated zero region (docs/format.md),
+        // which holds no data: damage there must change nothing, and is tried separately.
+        let len = match kind {
+            FileType::ActiveSegment | FileType::RootLog => {
+                frames_end(&std::fs::read(reference_for(kind).dir.join(&rel)).unwrap())
+            }
+            _ => file_len,
+        };
+        for at in offsets(file_len - len, 8, 8) {
+            for d in [
+                Damage::Truncate(len + at + 1),
+                Damage::Flip(len + at, 1 << (at % 8)),
+            ] {
+                if d_at(d) < file_len {
+                    let o = trial(kind, &rel, d);
+                    assert_eq!(
+                        o,
+                        Outcome::Same,
+                        "{kind:?} {rel:?} {d:?} in the zero region"
+                    );
+                }
+            }
+        }
         let mut damages = Vec::new();
         for at in offsets(len, edge, spread) {
             damages.push(Damage::Truncate(at));
@@ -492,6 +515,23 @@ fn run(kind: FileType, edge: u64, spread: u64) -> Tally {
         t.same.len()
     );
     t
+}
+
+fn d_at(d: Damage) -> u64 {
+    match d {
+        Damage::Truncate(at) | Damage::Flip(at, _) => at,
+    }
+}
+
+/// End of the frames of an active log segment: frame lengths are followed from offset 32 until
+/// an all-zero frame header (the preallocated region) or the end of the file.
+fn frames_end(b: &[u8]) -> u64 {
+    let mut pos = 32usize;
+    while pos + 24 <= b.len() && b[pos..pos + 24].iter().any(|x| *x != 0) {
+        let len = u32::from_le_bytes(b[pos..pos + 4].try_into().unwrap()) as usize;
+        pos += 24 + len;
+    }
+    pos.min(b.len()) as u64
 }
 
 /// Log and blob damage that nothing detects and nothing reads: listed, and must be none.

@@ -1,6 +1,7 @@
 //! Benchmarks of logbook-log, each beside its baseline in the same group:
 //! - `log/append/*`: buffered appends (200-byte and 64 KiB records) against a buffered JSONL
-//!   writer; synced appends with 1, 8 and 64 writers against one fdatasync per append.
+//!   writer; synced appends with 1, 8 and 64 writers against one fdatasync per append (and
+//!   with 1 and 8 writers without the preallocated zero region, to show what it brings).
 //! - `log/read/*`: a sequential scan against reading the same records as JSONL lines; random
 //!   reads by Location against `pread` of a line from an offsets table.
 //! - `log/open/*`: reopening logs of 64 MiB, 256 MiB and 1 GiB (sealed segments); the point
@@ -88,6 +89,7 @@ fn nosync(segment_bytes_max: u64) -> LogConfig {
     LogConfig {
         segment_bytes_max,
         durability: Durability::NoSyncBulkImport,
+        ..LogConfig::default()
     }
 }
 
@@ -155,16 +157,26 @@ fn append(c: &mut Criterion) {
     });
     for writers in [1u64, 8, 64] {
         g.bench_function(BenchmarkId::new("sync/writers", writers), |b| {
-            b.iter_custom(|iters| synced_writers(writers, iters, &rec))
+            b.iter_custom(|iters| synced_writers(synced(), writers, iters, &rec))
+        });
+    }
+    // The same without the preallocated zero region: every commit's write extends the file.
+    for writers in [1u64, 8] {
+        let c = LogConfig {
+            preallocate_bytes: 0,
+            ..synced()
+        };
+        g.bench_function(BenchmarkId::new("sync/no-prealloc/writers", writers), |b| {
+            b.iter_custom(|iters| synced_writers(c.clone(), writers, iters, &rec))
         });
     }
     g.finish();
 }
 
 /// `iters` synced appends spread over `writers` threads; wall time from a common start.
-fn synced_writers(writers: u64, iters: u64, rec: &[u8]) -> Duration {
+fn synced_writers(config: LogConfig, writers: u64, iters: u64, rec: &[u8]) -> Duration {
     let tmp = tempfile::tempdir().unwrap();
-    let log = Arc::new(Log::create(&tmp.path().join("log"), synced()).unwrap());
+    let log = Arc::new(Log::create(&tmp.path().join("log"), config).unwrap());
     let barrier = Arc::new(Barrier::new(writers as usize + 1));
     let threads: Vec<_> = (0..writers)
         .map(|i| {

@@ -936,6 +936,7 @@ impl Shared {
         logbook_log::LogConfig {
             segment_bytes_max: self.options.segment_bytes_max,
             durability: self.options.durability,
+            ..logbook_log::LogConfig::default()
         }
     }
 

@@ -250,11 +250,16 @@ impl Inner {
     }
 
     fn index_receipt(&mut self, loc: Location, operation: &str) {
-        let mut b = [0u8; RECEIPT_ENTRY_BYTES as usize];
-        b[0..8].copy_from_slice(&records::operation_hash(operation).to_le_bytes());
-        b[8..24].copy_from_slice(&loc_entry(loc, 0)[..16]);
-        self.receipts.push(&b);
+        self.receipts.push(&receipt_entry(loc, operation));
     }
+}
+
+/// The receipt index entry of the receipt of `operation` at `loc`.
+fn receipt_entry(loc: Location, operation: &str) -> [u8; RECEIPT_ENTRY_BYTES as usize] {
+    let mut b = [0u8; RECEIPT_ENTRY_BYTES as usize];
+    b[0..8].copy_from_slice(&records::operation_hash(operation).to_le_bytes());
+    b[8..24].copy_from_slice(&loc_entry(loc, 0)[..16]);
+    b
 }
 
 /// Receipt locations by operation hash, built on the first mutation from `receipt.idx`.
@@ -428,12 +433,35 @@ impl Session {
         progress: ProgressSink,
     ) -> Result<Session, EngineError> {
         let segment_bytes = config.segment_bytes_max;
-        let (log, _recovery) = Log::open(&dir.join("log"), config)?;
-        let (seq, f1) = open_index(&dir.join("seq.idx"), SEQ_TAG, SEQ_ENTRY_BYTES)?;
+        let seq_path = dir.join("seq.idx");
+        let seq_found = FixedIndex::open(&seq_path, SEQ_TAG, SEQ_ENTRY_BYTES)
+            .ok()
+            .filter(|ix| ix.cut_bytes() == 0);
+        let (state, cover) = State::load_covering(&dir.join("state.ckpt")).unwrap_or_default();
+        // The checkpoint's last event was durable in the log when the checkpoint was written
+        // (`sync_indexes` syncs the log first), so the log need only check what follows it.
+        // The log proves the mark is a record before using it; `resume_point` below checks
+        // that it is this event.
+        let mark = seq_found.as_ref().and_then(|ix| {
+            let c = state.revision;
+            let e = ix.get(c.checked_sub(1)?)?;
+            Some(entry_loc(e, 0))
+        });
+        let log_dir = dir.join("log");
+        let (log, _recovery) = match mark {
+            Some(m) => Log::open_from(&log_dir, config, m)?,
+            None => Log::open(&log_dir, config)?,
+        };
+        let (seq, f1) = match seq_found {
+            Some(ix) => (ix, false),
+            None => (
+                FixedIndex::create(&seq_path, SEQ_TAG, SEQ_ENTRY_BYTES)?,
+                true,
+            ),
+        };
         let (rows, f2) = open_index(&dir.join("row.idx"), ROW_TAG, ROW_ENTRY_BYTES)?;
         let (receipts, f3) =
             open_index(&dir.join("receipt.idx"), RECEIPT_TAG, RECEIPT_ENTRY_BYTES)?;
-        let (state, cover) = State::load_covering(&dir.join("state.ckpt")).unwrap_or_default();
         let mut inner = Inner {
             seq,
             rows,
@@ -471,13 +499,14 @@ impl Session {
     }
 
     /// Cuts the indexes back to what the checkpoint covers and returns where to scan from
-    /// (`None` = the covered event itself must be skipped at `Some(loc)`).
+    /// (`None` = from the start; `Some((loc, r))` = after the covered event at `loc`, whose
+    /// receipts from entry `r` on are checked against the log's instead of being cut).
     fn resume_point(
         log: &Log,
         inner: &mut Inner,
         fresh_index: bool,
         cover: crate::state::Coverage,
-    ) -> Result<Option<Location>, EngineError> {
+    ) -> Result<Option<(Location, u64)>, EngineError> {
         let c = inner.state.revision;
         let own = c.saturating_sub(inner.seq_base());
         // A layered fork's checkpoint must cover at least one own event: the resume point is
@@ -504,9 +533,11 @@ impl Session {
         inner.seq.truncate(own)?;
         let keep_rows = inner.rows_through(c) - inner.row_base();
         inner.rows.truncate(keep_rows)?;
+        // Receipts after the covered event (its own batch's receipt, typically) are not cut
+        // here: the replay compares them with the log's and cuts only where they differ, so
+        // an open that finds nothing new writes nothing.
         let keep_receipts = inner.receipts.partition_point(|e| entry_loc(e, 8) <= loc_c);
-        inner.receipts.truncate(keep_receipts)?;
-        Ok(Some(loc_c))
+        Ok(Some((loc_c, keep_receipts)))
     }
 
     fn is_event_at(log: &Log, loc: Location, sequence: u64) -> bool {
@@ -519,11 +550,15 @@ impl Session {
         }
     }
 
-    fn replay_tail(&self, from: Option<Location>, segment_bytes: u64) -> Result<(), EngineError> {
+    fn replay_tail(
+        &self,
+        from: Option<(Location, u64)>,
+        segment_bytes: u64,
+    ) -> Result<(), EngineError> {
         let mut inner = self.write();
-        let (start, skip_first) = match from {
-            Some(loc) => (loc, true),
-            None => (self.log.start(), false),
+        let (start, skip_first, mut receipt_at) = match from {
+            Some((loc, r)) => (loc, true, r),
+            None => (self.log.start(), false, 0),
         };
         let log_path = self.log.dir().to_owned();
         let mut replayed = !skip_first;
@@ -544,7 +579,9 @@ impl Session {
             if n == 0 && skip_first {
                 continue;
             }
-            replayed = true;
+            if record.kind != records::KIND_RECEIPT {
+                replayed = true;
+            }
             task.advance(pos(loc).saturating_sub(origin));
             match record.kind {
                 records::KIND_EVENT => {
@@ -565,12 +602,25 @@ impl Session {
                 records::KIND_RECEIPT => {
                     let r: Receipt =
                         records::decode(&log_path, "a receipt record", &record.payload)?;
-                    inner.index_receipt(loc, &r.operation);
+                    let entry = receipt_entry(loc, &r.operation);
+                    if inner.receipts.get(receipt_at) == Some(&entry[..]) {
+                        // Already indexed (and durable): nothing to do for this one.
+                        receipt_at += 1;
+                        continue;
+                    }
+                    if inner.receipts.len() > receipt_at {
+                        inner.receipts.truncate(receipt_at)?;
+                    }
+                    inner.receipts.push(&entry);
+                    receipt_at += 1;
+                    replayed = true;
+                    continue;
                 }
                 records::KIND_FORK => {
                     // Everything before the marker was copied from the source Session: its
                     // receipts are the source's, and the marker's rules reset the state.
                     crate::fork::replay_marker(&log_path, loc, &record.payload, &mut inner)?;
+                    receipt_at = inner.receipts.len();
                 }
                 other => {
                     return Err(EngineError::corrupt(
@@ -579,6 +629,11 @@ impl Session {
                     ))
                 }
             }
+        }
+        if inner.receipts.len() > receipt_at {
+            // Receipt entries the log does not hold (the index was ahead of a cut log).
+            inner.receipts.truncate(receipt_at)?;
+            replayed = true;
         }
         drop(inner);
         if replayed {
@@ -1022,6 +1077,13 @@ impl Session {
             };
             (inner.state.clone(), cover)
         };
+        // The checkpoint promises that the event it covers is durable in the log (the next open
+        // checks the log only from there on). Every event it covers was appended before the
+        // snapshot above, so this sync covers them (in NoSyncBulkImport mode it is needed).
+        if let Err(e) = self.log.sync() {
+            self.dirty.store(true, Ordering::Release);
+            return Err(e.into());
+        }
         state.0.save_covering(&self.dir.join("state.ckpt"), state.1)
     }
 }

@@ -109,7 +109,10 @@ fn indexes_ahead_of_a_cut_log_are_cut_back() {
         .map(|e| e.expect("entry").path())
         .find(|p| p.extension().is_some_and(|x| x == "active"))
         .expect("active segment");
-    let len = std::fs::metadata(&active).expect("stat").len();
+    // The segment's frames end at its last non-zero byte or shortly after it; the zeros after
+    // them are the log's preallocated region (docs/format.md), which a cut there would not tear.
+    let bytes = std::fs::read(&active).expect("read");
+    let len = bytes.iter().rposition(|b| *b != 0).expect("frames") as u64 + 1;
     let f = std::fs::OpenOptions::new()
         .write(true)
         .open(&active)
@@ -314,4 +317,46 @@ fn a_damaged_index_entry_is_rebuilt_at_open() {
         b,
         "row.idx was not rebuilt"
     );
+}
+
+/// Open checks the Session log only after the event the checkpoint covers (the log resumes
+/// from that durable mark): damage before it is not looked for at open, but it is never
+/// served as data either. Without a checkpoint the whole active segment is checked at open.
+#[test]
+fn open_checks_the_log_from_the_checkpoint_on() {
+    let (_tmp, dir, _pages, rev) = setup(12);
+    let log_dir = session_dir(&dir, "s").join("log");
+    let active = log_dir.join("00000000000000000000.active");
+    let mut bytes = std::fs::read(&active).expect("read");
+    // Inside the payload of the first user message (event 2, long before the checkpoint).
+    let at = bytes
+        .windows(10)
+        .position(|w| w == b"question 0")
+        .expect("the first question is in the active segment");
+    bytes[at + 3] ^= 0x55;
+    std::fs::write(&active, &bytes).expect("write");
+    let root = Root::open(&dir).expect("reopen");
+    assert_eq!(root.revision("s").expect("opens from the checkpoint"), rev);
+    let e = root
+        .history(HistoryParams {
+            session_id: "s".into(),
+            through: None,
+            after: None,
+            limit: Some(1000),
+            anchor: None,
+            direction: Some(Direction::Forward),
+        })
+        .expect_err("the damaged event is not served");
+    assert_eq!(e.kind(), ErrorKind::Corrupt, "{e}");
+    drop(root);
+    // (The failed read already dropped the checkpoint, so the next open checks everything.)
+    let ckpt = session_dir(&dir, "s").join("state.ckpt");
+    if ckpt.exists() {
+        std::fs::remove_file(&ckpt).expect("rm checkpoint");
+    }
+    let root = Root::open(&dir).expect("reopen");
+    let e = root
+        .revision("s")
+        .expect_err("a full check finds the damage");
+    assert_eq!(e.kind(), ErrorKind::Corrupt, "{e}");
 }

@@ -22,12 +22,15 @@ fn files_of(dir: &Path) -> Vec<File> {
     v
 }
 
-fn make(name: &str, segment_bytes_max: u64, batches: u32, torn: usize) {
+/// `prealloc` > 0: a synced log whose newest segment ends in a preallocated zero region of
+/// that many bytes ahead (format version 2); 0: a bulk log without one.
+fn make(name: &str, segment_bytes_max: u64, batches: u32, torn: usize, prealloc: u64) {
     let tmp = tempfile::tempdir().expect("tempdir");
     let dir = tmp.path().join("log");
+    let durability = if prealloc > 0 { Durability::Sync } else { Durability::NoSyncBulkImport };
     let log = Log::create(
         &dir,
-        LogConfig { segment_bytes_max, durability: Durability::NoSyncBulkImport },
+        LogConfig { segment_bytes_max, durability, preallocate_bytes: prealloc },
     )
     .expect("create");
     for i in 0..batches {
@@ -42,8 +45,15 @@ fn make(name: &str, segment_bytes_max: u64, batches: u32, torn: usize) {
     let mut files = files_of(&dir);
     if torn > 0 {
         let last = files.iter_mut().rev().find(|f| f.role == 0).expect("an active segment");
-        let keep = last.bytes.len().saturating_sub(torn);
-        last.bytes.truncate(keep);
+        // The end of the frames: the zeros after them are the preallocated region.
+        let end = last.bytes.iter().rposition(|b| *b != 0).map_or(0, |i| i + 1);
+        let keep = end.saturating_sub(torn);
+        if prealloc > 0 {
+            // A write torn by a crash: its last sectors read back as zeros, the length stays.
+            last.bytes[keep..end].iter_mut().for_each(|b| *b = 0);
+        } else {
+            last.bytes.truncate(keep);
+        }
     }
     let out = Path::new("corpus/log_recovery").join(format!("seed-{name}"));
     std::fs::write(&out, encode(&files)).expect("write seed");
@@ -52,9 +62,13 @@ fn make(name: &str, segment_bytes_max: u64, batches: u32, torn: usize) {
 
 fn main() {
     std::fs::create_dir_all("corpus/log_recovery").expect("corpus dir");
-    make("empty", 1 << 20, 0, 0);
-    make("active", 1 << 20, 6, 0);
-    make("torn", 1 << 20, 6, 5);
-    make("sealed", 300, 12, 0);
-    make("sealed-torn", 300, 12, 30);
+    // (seed-v1-* are the same logs written by format version 1, kept so old logs stay covered.)
+    make("empty", 1 << 20, 0, 0, 0);
+    make("active", 1 << 20, 6, 0, 0);
+    make("torn", 1 << 20, 6, 5, 0);
+    make("sealed", 300, 12, 0, 0);
+    make("sealed-torn", 300, 12, 30, 0);
+    make("zeros", 1 << 20, 6, 0, 1024);
+    make("zeros-torn", 1 << 20, 6, 5, 1024);
+    make("zeros-sealed", 600, 12, 0, 1024);
 }

@@ -16,6 +16,7 @@ fn config() -> LogConfig {
     LogConfig {
         segment_bytes_max: 4096,
         durability: Durability::Sync,
+        ..LogConfig::default()
     }
 }
 

@@ -12,6 +12,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let synced = LogConfig {
         segment_bytes_max: 4 << 20,
         durability: Durability::Sync,
+        ..LogConfig::default()
     };
     let bulk = LogConfig {
         durability: Durability::NoSyncBulkImport,

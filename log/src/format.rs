@@ -13,9 +13,15 @@ pub struct FileFormat {
     pub version: u32,
 }
 
-/// The format version of every log file this build writes and reads.
-pub const LOG_FORMAT_VERSION: u32 = 1;
-/// An unsealed segment (`.active`).
+/// The version of the log format (docs/format.md): the version this build writes into new
+/// `.active` segments. Sealed segments and cut copies keep version 1, which did not change.
+pub const LOG_FORMAT_VERSION: u32 = 2;
+/// The oldest `.active` version still read: version 1 segments have no preallocated zero
+/// region (any byte after the last batch of the newest one is a torn tail).
+pub const ACTIVE_VERSION_OLDEST: u32 = 1;
+/// First `.active` version whose file may end in a preallocated zero region.
+pub const ACTIVE_VERSION_PREALLOCATED: u32 = 2;
+/// An unsealed segment (`.active`), as this build writes it.
 pub const ACTIVE_FORMAT: FileFormat = FileFormat {
     magic: *b"LGBKSEGA",
     version: LOG_FORMAT_VERSION,
@@ -23,13 +29,13 @@ pub const ACTIVE_FORMAT: FileFormat = FileFormat {
 /// A sealed, block-compressed segment (`.sealed`).
 pub const SEALED_FORMAT: FileFormat = FileFormat {
     magic: *b"LGBKSEGS",
-    version: LOG_FORMAT_VERSION,
+    version: 1,
 };
 
 /// A copy of bytes cut from a torn tail (`.active.cut-*`), kept for inspection only.
 pub const CUT_FORMAT: FileFormat = FileFormat {
     magic: *b"LGBKCUTS",
-    version: LOG_FORMAT_VERSION,
+    version: 1,
 };
 
 /// Length of the segment header; the first record of a segment starts here.
@@ -100,6 +106,18 @@ pub fn check_header(
     format: FileFormat,
     segment: u64,
 ) -> Result<(), LogError> {
+    check_header_versions(path, bytes, format, format.version, segment).map(|_| ())
+}
+
+/// Like [`check_header`], accepting any version from `oldest` to `format.version`; returns the
+/// version found.
+pub fn check_header_versions(
+    path: &Path,
+    bytes: &[u8],
+    format: FileFormat,
+    oldest: u32,
+    segment: u64,
+) -> Result<u32, LogError> {
     if bytes.len() < 8 || bytes[0..8] != format.magic {
         return Err(LogError::NotALogFile {
             path: path.to_path_buf(),
@@ -114,7 +132,7 @@ pub fn check_header(
         ));
     }
     let version = le_u32(bytes, 8);
-    if version != format.version {
+    if version < oldest || version > format.version {
         return Err(LogError::UnsupportedFormat {
             path: path.to_path_buf(),
             found: version,
@@ -144,7 +162,7 @@ pub fn check_header(
             format!("header names segment {found}, the file name says {segment}"),
         ));
     }
-    Ok(())
+    Ok(version)
 }
 
 fn frame_seed(segment: u64, offset: u64) -> crc32fast::Hasher {
@@ -441,15 +459,32 @@ mod tests {
             Err(LogError::NotALogFile { .. })
         ));
         let mut newer = h;
-        newer[8] = 2;
+        newer[8] = 3;
         assert!(matches!(
             check_header(p, &newer, ACTIVE_FORMAT, 9),
             Err(LogError::UnsupportedFormat {
-                found: 2,
-                expected: 1,
+                found: 3,
+                expected: 2,
                 ..
             })
         ));
+        // version 1 active segments are still read (with a header checksum of their own)
+        let v1 = encode_header(
+            FileFormat {
+                magic: ACTIVE_FORMAT.magic,
+                version: 1,
+            },
+            9,
+        );
+        assert!(check_header(p, &v1, ACTIVE_FORMAT, 9).is_err());
+        assert_eq!(
+            check_header_versions(p, &v1, ACTIVE_FORMAT, ACTIVE_VERSION_OLDEST, 9).unwrap(),
+            1
+        );
+        assert_eq!(
+            check_header_versions(p, &h, ACTIVE_FORMAT, ACTIVE_VERSION_OLDEST, 9).unwrap(),
+            2
+        );
         assert!(matches!(
             check_header(p, &h, ACTIVE_FORMAT, 8),
             Err(LogError::Corrupt { .. })

@@ -17,7 +17,12 @@
 //!   segment) and syncs the cut before anything is appended. Any other damage is an error naming
 //!   file and offset; a bad record is never skipped.
 //! - Open costs O(unsealed tail): sealed segments contribute their header, footer and block
-//!   table only. [`Log::verify`] walks every checksum.
+//!   table only. [`Log::open_from`] checks only the newest segment's bytes after a durable
+//!   mark the caller supplies (and proves that mark first). [`Log::verify`] walks every
+//!   checksum.
+//! - With [`Durability::Sync`], the newest segment ends in a zero-filled, synced region ahead
+//!   of the write position ([`LogConfig::preallocate_bytes`]), so a commit's fdatasync only
+//!   overwrites allocated blocks. The zeros are never part of the logical stream.
 //! - Sealed segments are read through read-only maps, and a mapped file is never modified in
 //!   place. Readers take only short locks and never wait for a sync.
 //!
@@ -56,12 +61,13 @@ pub use crate::format::{
 };
 pub use crate::log::{
     Durability, Location, Log, LogConfig, OwnedRecord, Record, Recovery, Scan, VerifyReport,
-    GROUP_COMMIT_GATHER_MAX, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, WRITE_BUFFER_BYTES,
+    GROUP_COMMIT_GATHER_MAX, PREALLOCATE_BYTES, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN,
+    WRITE_BUFFER_BYTES,
 };
 
 /// Internal layouts, exposed for the fuzz targets and format tests only.
 #[doc(hidden)]
 pub mod internals {
     pub use crate::format::*;
-    pub use crate::walk::{judge_tail, walk, Tail, Walk};
+    pub use crate::walk::{judge_tail, judge_tail_at, walk, walk_at, Tail, Walk};
 }

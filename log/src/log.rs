@@ -3,13 +3,14 @@
 use crate::cache::{BlockCache, BLOCK_CACHE_BLOCKS};
 use crate::error::LogError;
 use crate::format::{
-    active_name, check_header, cut_name, decode_frame_header, encode_cut_header, encode_frame,
-    encode_header, parse_name, sealed_name, FileRole, ACTIVE_FORMAT, BATCH_BYTES_MAX,
-    CUT_HEADER_BYTES, FRAME_HEADER_BYTES, HEADER_BYTES, RECORD_PAYLOAD_BYTES_MAX,
+    active_name, check_header_versions, cut_name, decode_frame_header, encode_cut_header,
+    encode_frame, encode_header, parse_name, sealed_name, FileRole, ACTIVE_FORMAT,
+    ACTIVE_VERSION_OLDEST, ACTIVE_VERSION_PREALLOCATED, BATCH_BYTES_MAX, CUT_HEADER_BYTES,
+    FRAME_HEADER_BYTES, HEADER_BYTES, RECORD_PAYLOAD_BYTES_MAX,
 };
 use crate::io::{read_exact_at, write_all_at, FileSystem, IoFile, RealFs};
 use crate::sealed::{self, BlockHint, SealedSegment};
-use crate::walk::{judge_tail, walk, Tail};
+use crate::walk::{judge_tail_at, walk, walk_at, Tail};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -31,6 +32,11 @@ pub const WRITE_BUFFER_BYTES: usize = 1 << 20;
 /// a quarter of the previous sync's duration, and happens only when that sync covered more
 /// than one batch (a lone writer never waits).
 pub const GROUP_COMMIT_GATHER_MAX: Duration = Duration::from_millis(1);
+/// Default [`LogConfig::preallocate_bytes`]: how far ahead of the write position the newest
+/// segment is zero-filled (docs/format.md, "The preallocated zero region").
+pub const PREALLOCATE_BYTES: u64 = 4 << 20;
+/// Zero-filling writes at most this many bytes per `pwrite`.
+const ZERO_FILL_WRITE_BYTES: usize = 1 << 20;
 /// Above this, the writer's buffer is released after a flush instead of kept for reuse.
 const WRITE_BUFFER_KEEP_BYTES: usize = 4 << 20;
 
@@ -51,6 +57,11 @@ pub struct LogConfig {
     pub segment_bytes_max: u64,
     /// When appends are acknowledged.
     pub durability: Durability,
+    /// With [`Durability::Sync`], the newest segment is zero-filled (and synced) this far
+    /// ahead of the write position, in one step each time appends reach the end of the zeros,
+    /// so that commit fdatasyncs overwrite allocated blocks and need no journal commit. Never
+    /// past `segment_bytes_max`; 0 turns it off. Not used by `NoSyncBulkImport`.
+    pub preallocate_bytes: u64,
 }
 
 impl Default for LogConfig {
@@ -58,6 +69,31 @@ impl Default for LogConfig {
         LogConfig {
             segment_bytes_max: SEGMENT_BYTES_MAX,
             durability: Durability::Sync,
+            preallocate_bytes: PREALLOCATE_BYTES,
+        }
+    }
+}
+
+impl LogConfig {
+    /// Whether new segments get a preallocated zero region.
+    fn preallocates(&self) -> bool {
+        self.durability == Durability::Sync && self.preallocate_bytes > 0
+    }
+
+    /// How far a segment is zero-filled for `needed` bytes (`needed` when nothing is to be
+    /// preallocated).
+    fn prealloc_target(&self, needed: u64) -> u64 {
+        if !self.preallocates() {
+            return needed;
+        }
+        let cap = self.segment_bytes_max.max(needed);
+        let target = needed.saturating_add(self.preallocate_bytes).min(cap);
+        // Whole pages where possible.
+        let aligned = target & !4095;
+        if aligned > needed {
+            aligned
+        } else {
+            target
         }
     }
 }
@@ -102,8 +138,11 @@ pub struct Recovery {
     pub tail_records: u64,
     /// Sealed segments (only their headers, footers and block tables were read).
     pub sealed_segments: u64,
-    /// Unsealed segments (scanned in full).
+    /// Unsealed segments (scanned in full, or from `resumed_from` on).
     pub unsealed_segments: u64,
+    /// The caller's durable mark, when [`Log::open_from`] could use it: the newest segment
+    /// was checked from there on only.
+    pub resumed_from: Option<Location>,
 }
 
 /// What `verify` checked.
@@ -163,6 +202,10 @@ struct Writer {
     buf: Vec<u8>,
     /// Bytes covered by a completed fdatasync.
     synced: u64,
+    /// Length of the file: `[flushed, file_end)` are zeros (the preallocated region).
+    file_end: u64,
+    /// Whether this segment takes a preallocated zero region (version 2, `Sync` mode).
+    preallocates: bool,
     /// Number of batches written so far (group commit compares against it).
     seq: u64,
     poisoned: Option<String>,
@@ -234,23 +277,50 @@ fn check_config(config: &LogConfig) -> Result<(), LogError> {
     Ok(())
 }
 
-/// Creates segment `n` with its header, synced, and its name synced into the directory.
+/// Creates segment `n` with its header and, as the config says, its preallocated zero region,
+/// synced, and its name synced into the directory. Returns the file, its path and its length.
 fn create_segment(
     fs: &dyn FileSystem,
     dir: &Path,
     n: u64,
-) -> Result<(Arc<dyn IoFile>, PathBuf), LogError> {
+    config: &LogConfig,
+) -> Result<(Arc<dyn IoFile>, PathBuf, u64), LogError> {
     let path = dir.join(active_name(n));
     let f = fs
         .create_new(&path)
         .map_err(|e| LogError::io(&path, "create", e))?;
     write_all_at(&*f, &encode_header(ACTIVE_FORMAT, n), 0)
         .map_err(|e| LogError::io(&path, "write", e))?;
+    let file_end = config.prealloc_target(HEADER_BYTES);
+    zero_fill(&*f, HEADER_BYTES, file_end).map_err(|e| LogError::io(&path, "preallocate", e))?;
     f.sync_data()
         .map_err(|e| LogError::io(&path, "fdatasync", e))?;
     fs.sync_dir(dir)
         .map_err(|e| LogError::io(dir, "fsync directory", e))?;
-    Ok((f, path))
+    Ok((f, path, file_end))
+}
+
+/// Writes zeros over `[from, to)` of `f`.
+fn zero_fill(f: &dyn IoFile, from: u64, to: u64) -> std::io::Result<()> {
+    if to <= from {
+        return Ok(());
+    }
+    let zeros = vec![0u8; ((to - from) as usize).min(ZERO_FILL_WRITE_BYTES)];
+    let mut at = from;
+    while at < to {
+        let n = ((to - at) as usize).min(zeros.len());
+        write_all_at(f, &zeros[..n], at)?;
+        at += n as u64;
+    }
+    Ok(())
+}
+
+fn read_range(f: &dyn IoFile, path: &Path, from: u64, to: u64) -> Result<Vec<u8>, LogError> {
+    let n = usize::try_from(to - from)
+        .map_err(|_| LogError::corrupt(path, from, "segment larger than the address space"))?;
+    let mut data = vec![0u8; n];
+    read_exact_at(f, &mut data, from).map_err(|e| LogError::io(path, "read", e))?;
+    Ok(data)
 }
 
 fn read_all(f: &dyn IoFile, path: &Path, len: u64) -> Result<Vec<u8>, LogError> {
@@ -273,6 +343,21 @@ impl Log {
         Log::open_with_fs(dir, config, Arc::new(RealFs))
     }
 
+    /// Like [`Log::open`], but `mark` is a record Location the caller knows was durable and
+    /// checked before (e.g. the last record its own checkpoint covers): when it lies in the
+    /// newest segment, only the bytes from it on are read and checked. The mark is verified
+    /// (a frame must start there, both its checksums bound to that very Location, followed by
+    /// a complete batch); a mark that fails any check is ignored and the segment checked in
+    /// full, so a stale mark costs time, never correctness. [`Recovery::resumed_from`] says
+    /// which happened. Records before the mark are still checked by every read.
+    pub fn open_from(
+        dir: &Path,
+        config: LogConfig,
+        mark: Location,
+    ) -> Result<(Log, Recovery), LogError> {
+        Log::open_inner(dir, config, Arc::new(RealFs), Some(mark))
+    }
+
     /// [`Log::create`] over a chosen file system (fault injection in tests).
     #[doc(hidden)]
     pub fn create_with_fs(
@@ -291,7 +376,7 @@ impl Log {
                 path: dir.to_path_buf(),
             });
         }
-        let (file, path) = create_segment(&*fs, dir, 0)?;
+        let (file, path, file_end) = create_segment(&*fs, dir, 0, &config)?;
         if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
             fs.sync_dir(parent)
                 .map_err(|e| LogError::io(parent, "fsync directory", e))?;
@@ -313,6 +398,8 @@ impl Log {
             file,
             path,
             HEADER_BYTES,
+            file_end,
+            true,
             Vec::new(),
         ))
     }
@@ -323,6 +410,26 @@ impl Log {
         dir: &Path,
         config: LogConfig,
         fs: Arc<dyn FileSystem>,
+    ) -> Result<(Log, Recovery), LogError> {
+        Log::open_inner(dir, config, fs, None)
+    }
+
+    /// [`Log::open_from`] over a chosen file system (fault injection in tests).
+    #[doc(hidden)]
+    pub fn open_from_with_fs(
+        dir: &Path,
+        config: LogConfig,
+        fs: Arc<dyn FileSystem>,
+        mark: Location,
+    ) -> Result<(Log, Recovery), LogError> {
+        Log::open_inner(dir, config, fs, Some(mark))
+    }
+
+    fn open_inner(
+        dir: &Path,
+        config: LogConfig,
+        fs: Arc<dyn FileSystem>,
+        mark: Option<Location>,
     ) -> Result<(Log, Recovery), LogError> {
         check_config(&config)?;
         let names = match fs.list_dir(dir) {
@@ -372,6 +479,8 @@ impl Log {
         let mut segments = BTreeMap::new();
         let mut to_seal = Vec::new();
         let mut newest: Option<(Arc<dyn IoFile>, PathBuf, u64)> = None;
+        // The newest segment's file length and whether it may end in zeros (version 2).
+        let mut newest_tail = (0u64, false);
         for (&n, &(has_active, has_sealed)) in &found {
             let active_path = dir.join(active_name(n));
             if has_sealed {
@@ -399,11 +508,21 @@ impl Log {
                 .open_rw(&active_path)
                 .map_err(|e| LogError::io(&active_path, "open", e))?;
             let len = if n == last {
-                recover_newest(&*fs, dir, n, &*f, &active_path, &mut rec)?
+                let mark = mark.filter(|m| m.segment == n).map(|m| m.offset);
+                let (len, file_end, version) =
+                    recover_newest(&*fs, dir, n, &*f, &active_path, &mut rec, mark)?;
+                newest_tail = (file_end, version >= ACTIVE_VERSION_PREALLOCATED);
+                len
             } else {
                 let len = f.len().map_err(|e| LogError::io(&active_path, "stat", e))?;
                 let data = read_all(&*f, &active_path, len)?;
-                check_header(&active_path, &data, ACTIVE_FORMAT, n)?;
+                check_header_versions(
+                    &active_path,
+                    &data,
+                    ACTIVE_FORMAT,
+                    ACTIVE_VERSION_OLDEST,
+                    n,
+                )?;
                 let w = walk(n, &data);
                 if let Some((at, reason)) = w.damage {
                     return Err(LogError::corrupt(&active_path, at, reason));
@@ -423,14 +542,14 @@ impl Log {
                 },
             );
         }
-        let (file, path, len, head) = match newest {
-            Some((f, p, len)) => (f, p, len, last),
+        let (file, path, len, mut file_end, preallocated, head) = match newest {
+            Some((f, p, len)) => (f, p, len, newest_tail.0, newest_tail.1, last),
             None => {
                 // The newest segment is sealed: start a fresh one after it.
                 let n = last.checked_add(1).ok_or_else(|| {
                     LogError::corrupt(dir.join(sealed_name(last)), 0, "segment numbers exhausted")
                 })?;
-                let (f, p) = create_segment(&*fs, dir, n)?;
+                let (f, p, file_end) = create_segment(&*fs, dir, n, &config)?;
                 segments.insert(
                     n,
                     SegEntry {
@@ -438,9 +557,16 @@ impl Log {
                         len: None,
                     },
                 );
-                (f, p, HEADER_BYTES, n)
+                (f, p, HEADER_BYTES, file_end, true, n)
             }
         };
+        if file_end > len && !config.preallocates() {
+            // Buffered appends must never find zeros where a record will be: a read past the
+            // flushed end has to see the end of the file (and flush), not the zero region.
+            file.set_len(len)
+                .map_err(|e| LogError::io(&path, "truncate", e))?;
+            file_end = len;
+        }
         if dir_dirty {
             fs.sync_dir(dir)
                 .map_err(|e| LogError::io(dir, "fsync directory", e))?;
@@ -455,7 +581,19 @@ impl Log {
             "the newest segment takes appends"
         );
         Ok((
-            Log::start_up(dir, config, fs, segments, first, file, path, len, to_seal),
+            Log::start_up(
+                dir,
+                config,
+                fs,
+                segments,
+                first,
+                file,
+                path,
+                len,
+                file_end,
+                preallocated,
+                to_seal,
+            ),
             rec,
         ))
     }
@@ -470,8 +608,11 @@ impl Log {
         file: Arc<dyn IoFile>,
         path: PathBuf,
         len: u64,
+        file_end: u64,
+        preallocated: bool,
         to_seal: Vec<u64>,
     ) -> Log {
+        let preallocates = preallocated && config.preallocates();
         let head = segments
             .keys()
             .next_back()
@@ -496,6 +637,8 @@ impl Log {
                 flushed: len,
                 buf: Vec::new(),
                 synced: len,
+                file_end,
+                preallocates,
                 seq: 0,
                 poisoned: None,
                 seal_tx: None,
@@ -653,7 +796,9 @@ fn write_lock<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
     l.write().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Recovers the newest segment: checks it, cuts a torn tail (copy first), returns its length.
+/// Recovers the newest segment: checks it (from `mark` on when that is proven to be a record
+/// followed by a complete batch), cuts a torn tail (copy first). Returns the logical length,
+/// the file length (greater when a zero region follows) and the segment's version.
 fn recover_newest(
     fs: &dyn FileSystem,
     dir: &Path,
@@ -661,37 +806,66 @@ fn recover_newest(
     f: &dyn IoFile,
     path: &Path,
     rec: &mut Recovery,
-) -> Result<u64, LogError> {
+    mark: Option<u64>,
+) -> Result<(u64, u64, u32), LogError> {
     let len = f.len().map_err(|e| LogError::io(path, "stat", e))?;
-    let data = read_all(f, path, len)?;
     if len < HEADER_BYTES {
+        let data = read_all(f, path, len)?;
         // A crash while the segment was being created: its header never became durable.
         let header = encode_header(ACTIVE_FORMAT, n);
         let torn_create = data.iter().all(|b| *b == 0) || header.starts_with(&data);
         if !torn_create {
-            check_header(path, &data, ACTIVE_FORMAT, n)?;
+            check_header_versions(path, &data, ACTIVE_FORMAT, ACTIVE_VERSION_OLDEST, n)?;
         }
         cut_tail(fs, dir, n, f, path, &data, 0, rec)?;
         write_all_at(f, &header, 0).map_err(|e| LogError::io(path, "write", e))?;
         f.sync_data()
             .map_err(|e| LogError::io(path, "fdatasync", e))?;
-        return Ok(HEADER_BYTES);
+        return Ok((HEADER_BYTES, HEADER_BYTES, ACTIVE_FORMAT.version));
     }
-    check_header(path, &data, ACTIVE_FORMAT, n)?;
-    let w = walk(n, &data);
+    let mut head = [0u8; HEADER_BYTES as usize];
+    read_exact_at(f, &mut head, 0).map_err(|e| LogError::io(path, "read", e))?;
+    let version = check_header_versions(path, &head, ACTIVE_FORMAT, ACTIVE_VERSION_OLDEST, n)?;
+    let zeros = version >= ACTIVE_VERSION_PREALLOCATED;
+    let resumed = match mark.filter(|m| (HEADER_BYTES..len).contains(m)) {
+        Some(m) => {
+            let data = read_range(f, path, m, len)?;
+            let w = walk_at(n, &data, m);
+            // At least one complete batch from the mark on: the frame at the mark is real
+            // (both checksums bound to this offset) and `good_end` is a batch end.
+            (w.batches > 0).then_some((m, data, w))
+        }
+        None => None,
+    };
+    let (base, data, w) = match resumed {
+        Some(r) => {
+            rec.resumed_from = Some(Location {
+                segment: n,
+                offset: r.0,
+            });
+            r
+        }
+        None => {
+            let data = read_range(f, path, HEADER_BYTES, len)?;
+            let w = walk_at(n, &data, HEADER_BYTES);
+            (HEADER_BYTES, data, w)
+        }
+    };
     rec.tail_records += w.records;
-    match judge_tail(n, &data, &w) {
-        Tail::Clean => Ok(len),
-        Tail::Torn { cut } => {
-            cut_tail(fs, dir, n, f, path, &data, cut, rec)?;
-            Ok(cut)
+    match judge_tail_at(n, &data, base, &w, zeros) {
+        Tail::Clean => Ok((w.good_end, len, version)),
+        Tail::Torn { cut, copy_end } => {
+            let tail = &data[(cut - base) as usize..(copy_end - base) as usize];
+            cut_tail(fs, dir, n, f, path, tail, cut, rec)?;
+            Ok((cut, cut, version))
         }
         Tail::Corrupt { offset, reason } => Err(LogError::corrupt(path, offset, reason)),
     }
 }
 
-/// Copies `data[cut..]` beside the segment (synced), then truncates the segment to `cut` and
-/// syncs it, so no append can land after bytes that a later recovery would cut again.
+/// Copies `tail` (the bytes from `cut` on worth keeping) beside the segment (synced), then
+/// truncates the segment to `cut` and syncs it, so no append can land after bytes that a later
+/// recovery would cut again.
 #[allow(clippy::too_many_arguments)]
 fn cut_tail(
     fs: &dyn FileSystem,
@@ -699,11 +873,10 @@ fn cut_tail(
     n: u64,
     f: &dyn IoFile,
     path: &Path,
-    data: &[u8],
+    tail: &[u8],
     cut: u64,
     rec: &mut Recovery,
 ) -> Result<(), LogError> {
-    let tail = &data[cut as usize..];
     if !tail.is_empty() {
         let copy = dir.join(cut_name(n, cut));
         match fs.remove_file(&copy) {
@@ -790,6 +963,7 @@ impl Shared {
                 return Err(e);
             }
         }
+        self.ensure_room(&mut w, batch_len)?;
         let mark = match self.config.durability {
             Durability::Sync => w.synced,
             Durability::NoSyncBulkImport => w.written,
@@ -929,12 +1103,40 @@ impl Shared {
         }
     }
 
+    /// Makes sure the next `batch_len` bytes land in the preallocated zero region, zero-filling
+    /// (and syncing) the next chunk when they would not. A failed zero-fill write is reported
+    /// and changes nothing (the bytes after the last frame are zeros or absent either way), so
+    /// it does not poison the log; a failed fdatasync does, as everywhere.
+    fn ensure_room(&self, w: &mut Writer, batch_len: u64) -> Result<(), LogError> {
+        let needed = w.written + batch_len;
+        if !w.preallocates || needed <= w.file_end {
+            return Ok(());
+        }
+        let target = self.config.prealloc_target(needed);
+        if target <= needed {
+            // Near the segment's size limit: the frames themselves extend the file.
+            return Ok(());
+        }
+        debug_assert_eq!(w.flushed, w.written, "Sync mode flushes every batch");
+        zero_fill(&*w.file, w.file_end.max(w.flushed), target)
+            .map_err(|e| LogError::io(&w.path, "preallocate (zero-fill)", e))?;
+        if let Err(e) = w.file.sync_data() {
+            let e = LogError::io(&w.path, "fdatasync", e);
+            self.poison(w, &e);
+            return Err(e);
+        }
+        w.file_end = target;
+        w.synced = w.synced.max(w.flushed);
+        Ok(())
+    }
+
     fn flush(&self, w: &mut Writer) -> Result<(), LogError> {
         if w.buf.is_empty() {
             return Ok(());
         }
         write_all_at(&*w.file, &w.buf, w.flushed).map_err(|e| LogError::io(&w.path, "write", e))?;
         w.flushed += w.buf.len() as u64;
+        w.file_end = w.file_end.max(w.flushed);
         if w.buf.capacity() > WRITE_BUFFER_KEEP_BYTES {
             w.buf = Vec::new();
         } else {
@@ -971,6 +1173,14 @@ impl Shared {
     /// newest segment can ever be torn) and starts the next one.
     fn roll(&self, w: &mut Writer) -> Result<(), LogError> {
         self.flush(w)?;
+        if w.file_end > w.flushed {
+            // Only the newest segment may end in zeros; the truncation is synced below,
+            // before the next segment exists.
+            w.file
+                .set_len(w.flushed)
+                .map_err(|e| LogError::io(&w.path, "truncate", e))?;
+            w.file_end = w.flushed;
+        }
         w.file
             .sync_data()
             .map_err(|e| LogError::io(&w.path, "fdatasync", e))?;
@@ -979,7 +1189,7 @@ impl Shared {
         let new = old
             .checked_add(1)
             .ok_or_else(|| LogError::invalid("segment numbers exhausted"))?;
-        let (file, path) = create_segment(&*self.fs, &self.dir, new)?;
+        let (file, path, file_end) = create_segment(&*self.fs, &self.dir, new, &self.config)?;
         {
             let mut m = write_lock(&self.segments);
             if let Some(e) = m.get_mut(&old) {
@@ -999,6 +1209,8 @@ impl Shared {
         w.written = HEADER_BYTES;
         w.flushed = HEADER_BYTES;
         w.synced = HEADER_BYTES;
+        w.file_end = file_end;
+        w.preallocates = self.config.preallocates();
         // Everything written so far is durable now: publish it, then release its waiters.
         self.publish(Location {
             segment: new,
@@ -1196,7 +1408,7 @@ impl Shared {
                     let mut data = vec![0u8; bound as usize];
                     read_exact_at(&*a.file, &mut data[..HEADER_BYTES as usize], 0)
                         .map_err(|e| LogError::io(&path, "read", e))?;
-                    check_header(&path, &data, ACTIVE_FORMAT, n)?;
+                    check_header_versions(&path, &data, ACTIVE_FORMAT, ACTIVE_VERSION_OLDEST, n)?;
                     if bound > HEADER_BYTES {
                         self.read_bytes(
                             &e.seg,

@@ -25,19 +25,35 @@ pub struct Walk {
 
 /// Walks `data` (the whole logical stream, header included) from the first frame.
 pub fn walk(segment: u64, data: &[u8]) -> Walk {
-    let len = data.len() as u64;
+    match data.get(HEADER_BYTES as usize..) {
+        Some(frames) => walk_at(segment, frames, HEADER_BYTES),
+        None => Walk {
+            records: 0,
+            batches: 0,
+            good_end: data.len() as u64,
+            first_record: None,
+            last_record: None,
+            damage: None,
+        },
+    }
+}
+
+/// Walks the frames of `data`, which holds the logical bytes `[base, base + data.len())` of a
+/// segment; a frame must start at `base`. Offsets in the result are logical.
+pub fn walk_at(segment: u64, data: &[u8], base: u64) -> Walk {
+    let len = base + data.len() as u64;
     let mut w = Walk {
         records: 0,
         batches: 0,
-        good_end: HEADER_BYTES.min(len),
+        good_end: base,
         first_record: None,
         last_record: None,
         damage: None,
     };
-    let mut pos = HEADER_BYTES;
+    let mut pos = base;
     let mut pending = 0u64;
     while pos < len {
-        match frame_at(segment, data, pos) {
+        match frame_at_base(segment, data, base, pos) {
             Ok((frame_len, end_of_batch)) => {
                 pending += 1;
                 let this = pos;
@@ -65,13 +81,22 @@ pub fn walk(segment: u64, data: &[u8]) -> Walk {
     w
 }
 
-/// Checks the frame at `pos`: its length and whether it ends a batch, or why it is invalid.
-pub fn frame_at(segment: u64, data: &[u8], pos: u64) -> Result<(u64, bool), &'static str> {
+/// Checks the frame at logical offset `pos`, where `data` holds the logical bytes from `base`
+/// on: its length and whether it ends a batch, or why it is invalid.
+pub fn frame_at_base(
+    segment: u64,
+    data: &[u8],
+    base: u64,
+    pos: u64,
+) -> Result<(u64, bool), &'static str> {
     let len = data.len() as u64;
-    let Some(hdr_end) = pos.checked_add(FRAME_HEADER_BYTES).filter(|e| *e <= len) else {
+    let Some(rel) = pos.checked_sub(base).filter(|r| *r <= len) else {
+        return Err("frame outside the bytes read");
+    };
+    let Some(hdr_end) = rel.checked_add(FRAME_HEADER_BYTES).filter(|e| *e <= len) else {
         return Err("frame header cut short by the end of the file");
     };
-    let h: &[u8; FRAME_HEADER_BYTES as usize] = data[pos as usize..hdr_end as usize]
+    let h: &[u8; FRAME_HEADER_BYTES as usize] = data[rel as usize..hdr_end as usize]
         .try_into()
         .expect("slice is exactly one frame header");
     let fh = decode_frame_header(h, segment, pos).map_err(|f| match f {
@@ -91,12 +116,17 @@ pub fn frame_at(segment: u64, data: &[u8], pos: u64) -> Result<(u64, bool), &'st
 /// The verdict on what follows the last complete batch of the newest segment.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Tail {
-    /// Nothing follows.
+    /// Nothing follows (or, in a version 2 segment, only zeros): the logical end is the walk's
+    /// `good_end`.
     Clean,
     /// A torn tail: cut from this offset to the end of the file.
     Torn {
         /// Where the cut starts (the end of the last complete batch).
         cut: u64,
+        /// End of the bytes worth keeping in the cut copy: the end of the file, or in a
+        /// version 2 segment the end of its last non-zero byte (the zeros after it cannot be
+        /// told from the preallocated region).
+        copy_end: u64,
     },
     /// Damage to bytes that had been durable: refuse.
     Corrupt {
@@ -107,15 +137,40 @@ pub enum Tail {
     },
 }
 
-/// Applies the torn-tail rule to a walk of the newest segment.
+/// Applies the torn-tail rule to a walk of the newest segment (a version 1 segment: any byte
+/// after the last complete batch is a torn tail).
 pub fn judge_tail(segment: u64, data: &[u8], w: &Walk) -> Tail {
+    judge_tail_at(segment, data, 0, w, false)
+}
+
+/// Applies the torn-tail rule to a walk over `data` = logical bytes `[base, ..)` of the newest
+/// segment. With `zeros_end_cleanly` (version 2 segments), zero bytes after the last complete
+/// batch are the preallocated region, not a torn tail.
+pub fn judge_tail_at(
+    segment: u64,
+    data: &[u8],
+    base: u64,
+    w: &Walk,
+    zeros_end_cleanly: bool,
+) -> Tail {
     let Some((bad, reason)) = w.damage else {
         return Tail::Clean;
     };
     let cut = w.good_end;
+    let file_end = base + data.len() as u64;
+    let tail = &data[(cut - base) as usize..];
+    let copy_end = if zeros_end_cleanly {
+        let nonzero = tail.iter().rposition(|b| *b != 0);
+        match nonzero {
+            None => return Tail::Clean,
+            Some(i) => cut + i as u64 + 1,
+        }
+    } else {
+        file_end
+    };
     // Any frame with a valid header at or after the damage is evidence of what had been
     // durable when it was written; its durable mark decides.
-    if let Some((at, mark)) = highest_mark_from(segment, data, bad) {
+    if let Some((at, mark)) = highest_mark_from(segment, data, base, bad) {
         if mark > cut {
             return Tail::Corrupt {
                 offset: bad,
@@ -126,18 +181,21 @@ pub fn judge_tail(segment: u64, data: &[u8], w: &Walk) -> Tail {
             };
         }
     }
-    Tail::Torn { cut }
+    Tail::Torn { cut, copy_end }
 }
 
 /// The frame with the highest durable mark among frames with a valid header at any byte
-/// offset `>= from`.
-fn highest_mark_from(segment: u64, data: &[u8], from: u64) -> Option<(u64, u64)> {
-    let len = data.len() as u64;
+/// offset `>= from` (`data` holds the logical bytes from `base` on).
+fn highest_mark_from(segment: u64, data: &[u8], base: u64, from: u64) -> Option<(u64, u64)> {
+    let len = base + data.len() as u64;
     let mut best: Option<(u64, u64)> = None;
-    let mut p = from;
+    let mut p = from.max(base);
     while p + FRAME_HEADER_BYTES <= len {
-        let h = &data[p as usize..(p + FRAME_HEADER_BYTES) as usize];
-        if plausible_frame_header(h) {
+        let rel = (p - base) as usize;
+        let h = &data[rel..rel + FRAME_HEADER_BYTES as usize];
+        // An all-zero header (the preallocated region) could match its checksum only by a
+        // 2^-32 chance and would carry mark 0, which never decides anything: skip it cheaply.
+        if plausible_frame_header(h) && h != [0u8; FRAME_HEADER_BYTES as usize] {
             let h: &[u8; FRAME_HEADER_BYTES as usize] =
                 h.try_into().expect("slice is exactly one frame header");
             if let Ok(fh) = decode_frame_header(h, segment, p) {
@@ -180,7 +238,11 @@ mod tests {
         encode_frame(&mut d, 0, at, 1, false, at, b"half a batch");
         let w = walk(0, &d);
         assert_eq!(w.good_end, at);
-        assert_eq!(judge_tail(0, &d, &w), Tail::Torn { cut: at });
+        let torn = Tail::Torn {
+            cut: at,
+            copy_end: d.len() as u64,
+        };
+        assert_eq!(judge_tail(0, &d, &w), torn);
         assert_eq!(w.last_record, Some(starts[1]));
     }
 
@@ -206,7 +268,13 @@ mod tests {
         let (mut data, starts) = segment(&[None, Some(m), Some(m), Some(m)]);
         data[starts[1] as usize + 3] ^= 0x80;
         let w = walk(0, &data);
-        assert_eq!(judge_tail(0, &data, &w), Tail::Torn { cut: starts[1] });
+        assert_eq!(
+            judge_tail(0, &data, &w),
+            Tail::Torn {
+                cut: starts[1],
+                copy_end: data.len() as u64
+            }
+        );
     }
 
     #[test]
@@ -215,6 +283,44 @@ mod tests {
         let end = data.len() as u64;
         data.resize(data.len() + 4096, 0);
         let w = walk(0, &data);
-        assert_eq!(judge_tail(0, &data, &w), Tail::Torn { cut: end });
+        let torn = Tail::Torn {
+            cut: end,
+            copy_end: end + 4096,
+        };
+        assert_eq!(judge_tail(0, &data, &w), torn);
+        // a version 2 segment ends cleanly in its preallocated zeros
+        assert_eq!(judge_tail_at(0, &data, 0, &w, true), Tail::Clean);
+        assert_eq!(w.good_end, end);
+        // but any non-zero byte in them is a torn tail, copied up to that byte
+        data[end as usize + 100] = 1;
+        let w = walk(0, &data);
+        assert_eq!(
+            judge_tail_at(0, &data, 0, &w, true),
+            Tail::Torn {
+                cut: end,
+                copy_end: end + 101
+            }
+        );
+    }
+
+    #[test]
+    fn a_walk_from_an_inner_frame_agrees_with_the_whole_walk() {
+        let (mut data, starts) = segment(&[None, None, None, None]);
+        let end = data.len() as u64;
+        data.resize(data.len() + 1000, 0);
+        let whole = walk(0, &data);
+        let from = walk_at(0, &data[starts[2] as usize..], starts[2]);
+        assert_eq!(from.good_end, whole.good_end);
+        assert_eq!(from.good_end, end);
+        assert_eq!((from.records, from.batches), (2, 2));
+        assert_eq!(from.last_record, whole.last_record);
+        assert_eq!(
+            judge_tail_at(0, &data[starts[2] as usize..], starts[2], &from, true),
+            Tail::Clean
+        );
+        // a frame starts nowhere but at its own offset
+        let off = walk_at(0, &data[starts[2] as usize + 1..], starts[2] + 1);
+        assert_eq!(off.damage.map(|d| d.0), Some(starts[2] + 1));
+        assert_eq!(off.batches, 0);
     }
 }

@@ -9,6 +9,7 @@ fn tiny(durability: Durability) -> LogConfig {
     LogConfig {
         segment_bytes_max: 300,
         durability,
+        ..LogConfig::default()
     }
 }
 
@@ -133,6 +134,7 @@ fn large_records_span_blocks() {
     let cfg = LogConfig {
         segment_bytes_max: 1 << 20,
         durability: Durability::NoSyncBulkImport,
+        ..LogConfig::default()
     };
     let log = Log::create(&d, cfg.clone()).unwrap();
     let big: Vec<Vec<u8>> = (0..12u32)
@@ -206,6 +208,7 @@ fn bad_arguments_are_refused() {
         LogConfig {
             segment_bytes_max: 1,
             durability: Durability::Sync,
+            ..LogConfig::default()
         },
     )
     .unwrap_err();
@@ -237,22 +240,24 @@ fn foreign_and_newer_files_are_refused_by_name() {
         drop(log);
         let f = only_file(&d, if sealed { ".sealed" } else { ".active" });
         let orig = std::fs::read(&f).unwrap();
+        // Active segments are at version 2 (version 1 is still read), sealed ones at 1.
+        let current: u32 = if sealed { 1 } else { 2 };
         let mut newer = orig.clone();
-        newer[8..12].copy_from_slice(&2u32.to_le_bytes());
+        newer[8..12].copy_from_slice(&(current + 1).to_le_bytes());
         std::fs::write(&f, &newer).unwrap();
         let e = Log::open(&d, tiny(Durability::Sync)).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::UnsupportedFormat);
-        assert!(matches!(
-            &e,
-            LogError::UnsupportedFormat {
-                found: 2,
-                expected: 1,
-                ..
-            }
-        ));
+        assert!(
+            matches!(
+                &e,
+                LogError::UnsupportedFormat { found, expected, .. }
+                    if *found == current + 1 && *expected == current
+            ),
+            "{e}"
+        );
         let msg = e.to_string();
         assert!(
-            msg.contains(&f.display().to_string()) && msg.contains('2'),
+            msg.contains(&f.display().to_string()) && msg.contains(&(current + 1).to_string()),
             "{msg}"
         );
         let mut foreign = orig.clone();
@@ -276,6 +281,7 @@ fn concurrent_appenders_and_readers() {
             LogConfig {
                 segment_bytes_max: 4096,
                 durability: Durability::Sync,
+                ..LogConfig::default()
             },
         )
         .unwrap(),
@@ -382,4 +388,80 @@ fn log_is_send_and_sync() {
     fn check<T: Send + Sync>() {}
     check::<Log>();
     check::<LogError>();
+}
+
+/// Rewrites the header of an active segment as format version 1 wrote it.
+fn make_version_1(path: &Path) {
+    let mut b = std::fs::read(path).unwrap();
+    b[8..12].copy_from_slice(&1u32.to_le_bytes());
+    let crc = crc32fast::hash(&b[0..28]);
+    b[28..32].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(path, &b).unwrap();
+}
+
+/// A log written by format version 1 (no zero region) opens, keeps taking appends without
+/// preallocating into its old segment, and rolls into version 2 segments. In a version 1
+/// segment zeros after the last batch are still a torn tail (cut, with a copy).
+#[test]
+fn version_1_segments_open_and_keep_their_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("l");
+    let c = LogConfig {
+        segment_bytes_max: 4096,
+        durability: Durability::Sync,
+        preallocate_bytes: 0,
+    };
+    let log = Log::create(&d, c).unwrap();
+    for i in 0..3 {
+        log.append(&[Record {
+            kind: 1,
+            payload: &payload(i),
+        }])
+        .unwrap();
+    }
+    drop(log);
+    let seg = only_file(&d, ".active");
+    make_version_1(&seg);
+    let end = std::fs::metadata(&seg).unwrap().len();
+    // Zeros after the last batch of a version 1 segment: torn, cut.
+    let mut b = std::fs::read(&seg).unwrap();
+    b.extend_from_slice(&[0u8; 100]);
+    std::fs::write(&seg, &b).unwrap();
+    let c = LogConfig {
+        segment_bytes_max: 4096,
+        ..LogConfig::default()
+    };
+    let (log, rec) = Log::open(&d, c.clone()).unwrap();
+    assert_eq!(rec.cut_bytes, 100);
+    assert_eq!(std::fs::metadata(&seg).unwrap().len(), end);
+    // Appends to the old segment do not preallocate: the file stays exactly its frames.
+    let at = log
+        .append(&[Record {
+            kind: 2,
+            payload: b"v1 segment",
+        }])
+        .unwrap()[0];
+    assert_eq!(at.segment, 0);
+    assert_eq!(std::fs::metadata(&seg).unwrap().len(), log.end().offset);
+    // The next segment is version 2, with its zero region.
+    let mut i = 3;
+    while log.end().segment == 0 {
+        log.append(&[Record {
+            kind: 3,
+            payload: &payload(i),
+        }])
+        .unwrap();
+        i += 1;
+    }
+    let newest = d.join("00000000000000000001.active");
+    let b = std::fs::read(&newest).unwrap();
+    assert_eq!(u32::from_le_bytes(b[8..12].try_into().unwrap()), 2);
+    assert!(b.len() as u64 > log.end().offset, "preallocated");
+    assert_eq!(log.wait_for_sealing(), None);
+    let n = all(&log).len();
+    drop(log);
+    let (log, rec) = Log::open(&d, c).unwrap();
+    assert_eq!(rec.cut_bytes, 0);
+    assert_eq!(all(&log).len(), n);
+    log.verify().unwrap();
 }

@@ -14,6 +14,7 @@ fn cfg(segment_bytes_max: u64) -> LogConfig {
     LogConfig {
         segment_bytes_max,
         durability: Durability::Sync,
+        ..LogConfig::default()
     }
 }
 
@@ -86,7 +87,7 @@ fn truncation_at_every_offset_leaves_a_prefix_of_whole_batches() {
     let want = build(&orig, cfg(1 << 20), 12, &mut rng);
     let active = files_ending(&orig, ".active").pop().unwrap();
     let name = active.file_name().unwrap().to_owned();
-    let bytes = std::fs::read(&active).unwrap();
+    let file = std::fs::read(&active).unwrap();
     // batch ends, as offsets in the file
     let ends: Vec<u64> = want
         .iter()
@@ -95,7 +96,11 @@ fn truncation_at_every_offset_leaves_a_prefix_of_whole_batches() {
             l.offset + 24 + p.len() as u64
         })
         .collect();
-    assert_eq!(*ends.last().unwrap(), bytes.len() as u64);
+    let end = *ends.last().unwrap() as usize;
+    // The frames, then the preallocated zero region up to the segment size limit.
+    assert_eq!(file.len(), 1 << 20);
+    assert!(file[end..].iter().all(|b| *b == 0));
+    let bytes = &file[..end];
     for cut in 0..=bytes.len() {
         let d = dir.path().join(format!("t{cut}"));
         copy_dir(&orig, &d);
@@ -107,11 +112,15 @@ fn truncation_at_every_offset_leaves_a_prefix_of_whole_batches() {
         assert_eq!(k, expect, "cut at {cut}");
         let good = if k == 0 { 32 } else { ends[k - 1] };
         let good = if cut < 32 { 0 } else { good };
-        assert_eq!(
-            rec.cut_bytes,
-            cut as u64 - good.min(cut as u64),
-            "cut at {cut}"
-        );
+        // What the cut copy keeps: the torn bytes up to the last non-zero one (zeros after it
+        // cannot be told from the preallocated region), or all of a torn header.
+        let torn = &bytes[(good as usize).min(cut)..cut];
+        let kept = if cut < 32 {
+            torn.len()
+        } else {
+            torn.iter().rposition(|b| *b != 0).map_or(0, |i| i + 1)
+        };
+        assert_eq!(rec.cut_bytes, kept as u64, "cut at {cut}");
         assert_eq!(rec.cut_copy.is_some(), rec.cut_bytes > 0);
         // The cut is durable: appending and reopening gives the prefix plus the new batch.
         log.append(&[Record {
@@ -126,6 +135,159 @@ fn truncation_at_every_offset_leaves_a_prefix_of_whole_batches() {
         assert_eq!(got.len(), want[..k].iter().map(Vec::len).sum::<usize>() + 1);
         assert_eq!(got.last().unwrap().2, b"new");
         log.verify().unwrap();
+        drop(log);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
+
+#[test]
+fn truncation_inside_the_zero_region_is_a_clean_end() {
+    let mut rng = Rng::from_env("zero region truncation");
+    let dir = fast_tempdir();
+    let orig = dir.path().join("orig");
+    let want = build(&orig, cfg(1 << 20), 12, &mut rng);
+    let active = files_ending(&orig, ".active").pop().unwrap();
+    let name = active.file_name().unwrap().to_owned();
+    let file = std::fs::read(&active).unwrap();
+    let (l, _, p) = want.last().unwrap().last().unwrap();
+    let end = (l.offset + 24 + p.len() as u64) as usize;
+    let all: usize = want.iter().map(Vec::len).sum();
+    let mut cuts: Vec<usize> = vec![end + 1, end + 23, end + 24, end + 25, file.len()];
+    cuts.extend((0..40).map(|_| end + 1 + rng.below((file.len() - end) as u64) as usize));
+    for cut in cuts {
+        let d = dir.path().join(format!("z{cut}"));
+        copy_dir(&orig, &d);
+        std::fs::write(d.join(&name), &file[..cut]).unwrap();
+        let (log, rec) = Log::open(&d, cfg(1 << 20)).unwrap_or_else(|e| panic!("cut {cut}: {e}"));
+        assert_eq!(
+            rec.cut_bytes, 0,
+            "zeros after the last batch are no torn tail ({cut})"
+        );
+        assert_eq!(rec.cut_copy, None);
+        assert_eq!(
+            log.end().offset,
+            end as u64,
+            "the zeros are not part of the log"
+        );
+        assert_eq!(
+            whole_batch_prefix(&scan_all(&log).unwrap(), &want),
+            want.len()
+        );
+        let at = log
+            .append(&[Record {
+                kind: 200,
+                payload: b"after the zeros?",
+            }])
+            .unwrap();
+        assert_eq!(
+            at[0].offset, end as u64,
+            "the next record overwrites the zeros"
+        );
+        drop(log);
+        let (log, rec) = Log::open(&d, cfg(1 << 20)).unwrap();
+        assert_eq!(rec.cut_bytes, 0);
+        assert_eq!(scan_all(&log).unwrap().len(), all + 1);
+        log.verify().unwrap();
+        drop(log);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
+
+#[test]
+fn a_frame_torn_into_the_zero_region_is_cut() {
+    let mut rng = Rng::from_env("torn into zeros");
+    let dir = fast_tempdir();
+    let orig = dir.path().join("orig");
+    let want = build(&orig, cfg(1 << 20), 6, &mut rng);
+    let active = files_ending(&orig, ".active").pop().unwrap();
+    let name = active.file_name().unwrap().to_owned();
+    let file = std::fs::read(&active).unwrap();
+    let last = want.last().unwrap();
+    let first_of_last = last[0].0.offset as usize;
+    let (l, _, p) = last.last().unwrap();
+    let end = (l.offset + 24 + p.len() as u64) as usize;
+    // A crash wrote only some sectors of the last batch: every later byte reads as zero,
+    // and the file keeps its preallocated length.
+    for zero_from in first_of_last + 1..end {
+        let mut torn = file.clone();
+        torn[zero_from..end].iter_mut().for_each(|b| *b = 0);
+        let d = dir.path().join(format!("t{zero_from}"));
+        copy_dir(&orig, &d);
+        std::fs::write(d.join(&name), &torn).unwrap();
+        let (log, rec) = Log::open(&d, cfg(1 << 20)).unwrap_or_else(|e| panic!("{zero_from}: {e}"));
+        let kept = torn[first_of_last..zero_from]
+            .iter()
+            .rposition(|b| *b != 0)
+            .map_or(0, |i| i + 1);
+        assert_eq!(rec.cut_bytes, kept as u64, "{zero_from}");
+        assert_eq!(rec.cut_copy.is_some(), kept > 0, "{zero_from}");
+        if let Some(copy) = &rec.cut_copy {
+            let c = std::fs::read(copy).unwrap();
+            assert_eq!(&c[40..], &torn[first_of_last..first_of_last + kept]);
+        }
+        assert_eq!(log.end().offset, first_of_last as u64, "{zero_from}");
+        let got = scan_all(&log).unwrap();
+        assert_eq!(
+            whole_batch_prefix(&got, &want),
+            want.len() - 1,
+            "{zero_from}"
+        );
+        log.append(&[Record {
+            kind: 9,
+            payload: b"next",
+        }])
+        .unwrap();
+        drop(log);
+        let (log, rec) = Log::open(&d, cfg(1 << 20)).unwrap();
+        assert_eq!(rec.cut_bytes, 0);
+        assert_eq!(scan_all(&log).unwrap().last().unwrap().2, b"next");
+        log.verify().unwrap();
+        drop(log);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}
+
+#[test]
+fn flipped_bits_in_the_zero_region_are_cut_never_data() {
+    let mut rng = Rng::from_env("zero region flips");
+    let dir = fast_tempdir();
+    let orig = dir.path().join("orig");
+    let want = build(&orig, cfg(1 << 20), 8, &mut rng);
+    let all: usize = want.iter().map(Vec::len).sum();
+    let active = files_ending(&orig, ".active").pop().unwrap();
+    let name = active.file_name().unwrap().to_owned();
+    let file = std::fs::read(&active).unwrap();
+    let (l, _, p) = want.last().unwrap().last().unwrap();
+    let end = (l.offset + 24 + p.len() as u64) as usize;
+    let mut spots: Vec<usize> = vec![end, end + 5, end + 20, end + 23, end + 24, file.len() - 1];
+    spots.extend((0..30).map(|_| end + rng.below((file.len() - end) as u64) as usize));
+    for at in spots {
+        let mut bytes = file.clone();
+        bytes[at] ^= 1 << rng.below(8);
+        let d = dir.path().join(format!("f{at}"));
+        copy_dir(&orig, &d);
+        std::fs::write(d.join(&name), &bytes).unwrap();
+        let (log, rec) = Log::open(&d, cfg(1 << 20)).unwrap_or_else(|e| panic!("{at}: {e}"));
+        assert_eq!(
+            rec.cut_bytes,
+            (at + 1 - end) as u64,
+            "{at}: copied up to the flip"
+        );
+        assert_eq!(log.end().offset, end as u64, "{at}");
+        assert_eq!(
+            whole_batch_prefix(&scan_all(&log).unwrap(), &want),
+            want.len()
+        );
+        log.verify().unwrap();
+        log.append(&[Record {
+            kind: 9,
+            payload: b"next",
+        }])
+        .unwrap();
+        drop(log);
+        let (log, rec) = Log::open(&d, cfg(1 << 20)).unwrap();
+        assert_eq!(rec.cut_bytes, 0);
+        assert_eq!(scan_all(&log).unwrap().len(), all + 1);
         drop(log);
         std::fs::remove_dir_all(&d).unwrap();
     }
@@ -175,7 +337,16 @@ fn flipped_bits_are_detected_never_returned() {
         .into_iter()
         .chain(files_ending(&orig, ".sealed"))
         .collect();
-    let mut outcomes = [0usize; 4];
+    // End of the frames of the newest segment; after it lies the preallocated zero region.
+    let newest = want.last().unwrap()[0].0.segment;
+    let newest_end = want
+        .iter()
+        .flatten()
+        .filter(|(l, _, _)| l.segment == newest)
+        .map(|(l, _, p)| l.offset + 24 + p.len() as u64)
+        .max()
+        .unwrap() as usize;
+    let mut outcomes = [0usize; 5];
     for t in 0..300 {
         let f = &files[rng.below(files.len() as u64) as usize];
         let name = f.file_name().unwrap().to_owned();
@@ -215,7 +386,14 @@ fn flipped_bits_are_detected_never_returned() {
                     }
                 }
                 let verified = log.verify();
-                if rec.cut_bytes > 0 {
+                let in_zeros = f.to_string_lossy().ends_with(".active") && at >= newest_end;
+                if in_zeros {
+                    // A flip in the zero region: cut (up to the flipped byte), nothing lost.
+                    assert_eq!(rec.cut_bytes, (at + 1 - newest_end) as u64, "{what}");
+                    assert!(verified.is_ok(), "{what}");
+                    assert_eq!(seen, by_loc.len(), "{what}");
+                    outcomes[4] += 1;
+                } else if rec.cut_bytes > 0 {
                     // a flip in the last batch of the newest segment is a torn tail
                     assert!(verified.is_ok(), "{what}");
                     assert!(seen < by_loc.len(), "{what}");
@@ -231,8 +409,8 @@ fn flipped_bits_are_detected_never_returned() {
         std::fs::remove_dir_all(&d).unwrap();
     }
     println!(
-        "refused at open {}, cut as torn {}, found by scan/verify {}",
-        outcomes[0], outcomes[1], outcomes[2]
+        "refused at open {}, cut as torn {}, found by scan/verify {}, cut in the zero region {}",
+        outcomes[0], outcomes[1], outcomes[2], outcomes[4]
     );
     assert!(outcomes[0] > 0 && outcomes[2] > 0);
 }

@@ -12,6 +12,7 @@ fn cfg(segment_bytes_max: u64) -> LogConfig {
     LogConfig {
         segment_bytes_max,
         durability: Durability::Sync,
+        ..LogConfig::default()
     }
 }
 
@@ -117,6 +118,7 @@ fn no_space_is_a_clear_error() {
         let c = LogConfig {
             segment_bytes_max: 1 << 20,
             durability,
+            ..LogConfig::default()
         };
         let (log, faults) = faulty(&d, c.clone());
         log.append(&rec(b"a")).unwrap();
@@ -273,6 +275,7 @@ fn nosync_buffer_is_not_rewritten_after_a_failed_flush() {
     let c = LogConfig {
         segment_bytes_max: 1 << 20,
         durability: Durability::NoSyncBulkImport,
+        ..LogConfig::default()
     };
     let (log, faults) = faulty(&d, c.clone());
     let at = log.append(&rec(b"buffered")).unwrap()[0];
@@ -284,4 +287,111 @@ fn nosync_buffer_is_not_rewritten_after_a_failed_flush() {
     drop(log);
     let (log, _) = Log::open(&d, c).unwrap();
     assert!(payloads(&log).is_empty());
+}
+
+fn prealloc_cfg(chunk: u64) -> LogConfig {
+    LogConfig {
+        segment_bytes_max: 1 << 20,
+        durability: Durability::Sync,
+        preallocate_bytes: chunk,
+    }
+}
+
+/// With 4 KiB preallocation, three 1,000-byte appends fit; the fourth zero-fills the next
+/// chunk first.
+#[test]
+fn no_space_while_preallocating_is_a_clear_error_that_loses_nothing() {
+    for what in [Injected::NoSpace, Injected::ShortWrite] {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().join("l");
+        let c = prealloc_cfg(4096);
+        let (log, faults) = faulty(&d, c.clone());
+        let file = d.join("00000000000000000000.active");
+        assert_eq!(std::fs::metadata(&file).unwrap().len(), 4096);
+        let want: Vec<Vec<u8>> = (0..3u8).map(|i| vec![i + 1; 1000]).collect();
+        for p in &want {
+            log.append(&rec(p)).unwrap();
+        }
+        let writes = faults.count(Op::Write);
+        faults.arm(Op::Write, 0, what);
+        let e = log.append(&rec(&[9; 1000])).unwrap_err();
+        assert!(faults.all_fired());
+        assert_eq!(e.kind(), ErrorKind::Io, "{what:?}: {e}");
+        let msg = e.to_string();
+        assert!(msg.contains("preallocate"), "{what:?}: {msg}");
+        assert!(msg.contains("No space left"), "{what:?}: {msg}");
+        assert!(msg.contains(".active"), "{what:?}: names the file: {msg}");
+        assert_eq!(
+            faults.count(Op::Write),
+            writes + 1,
+            "the batch was not written"
+        );
+        // Nothing acknowledged is lost, and the log is not poisoned: the failed write left
+        // zeros (or nothing) after the last frame, which is what was there before.
+        assert_eq!(payloads(&log), want, "{what:?}");
+        log.append(&rec(&[4; 1000])).unwrap();
+        assert!(std::fs::metadata(&file).unwrap().len() > 4096);
+        drop(log);
+        let (log, recovery) = Log::open(&d, c).unwrap();
+        assert_eq!(recovery.cut_bytes, 0, "{what:?}");
+        let mut all = want.clone();
+        all.push(vec![4; 1000]);
+        assert_eq!(payloads(&log), all, "{what:?}");
+        log.verify().unwrap();
+    }
+}
+
+#[test]
+fn failed_fdatasync_of_the_zero_fill_poisons() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("l");
+    let c = prealloc_cfg(4096);
+    let (log, faults) = faulty(&d, c.clone());
+    for i in 0..3u8 {
+        log.append(&rec(&[i; 1000])).unwrap();
+    }
+    faults.arm(Op::Sync, 0, Injected::Eio);
+    let e = log.append(&rec(&[9; 1000])).unwrap_err();
+    assert!(e.to_string().contains("fdatasync"), "{e}");
+    assert!(matches!(
+        log.append(&rec(b"x")),
+        Err(LogError::Poisoned { .. })
+    ));
+    drop(log);
+    let (log, _) = Log::open(&d, c).unwrap();
+    assert_eq!(payloads(&log).len(), 3);
+}
+
+/// Commit fdatasyncs land in zeros written ahead: the file grows in chunks, not per append,
+/// and a roll leaves the finished segment without its zeros.
+#[test]
+fn the_file_grows_in_chunks_and_rolls_without_zeros() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("l");
+    let c = LogConfig {
+        segment_bytes_max: 64 << 10,
+        durability: Durability::Sync,
+        preallocate_bytes: 16 << 10,
+    };
+    let log = Log::create(&d, c.clone()).unwrap();
+    let first = d.join("00000000000000000000.active");
+    let mut lens = Vec::new();
+    for i in 0..100u8 {
+        log.append(&rec(&[i; 1000])).unwrap();
+        if log.end().segment == 0 {
+            lens.push(std::fs::metadata(&first).unwrap().len());
+        }
+    }
+    lens.dedup();
+    assert!(lens.len() <= 5, "grown in chunks: {lens:?}");
+    assert!(
+        lens.iter().all(|l| l % 4096 == 0 || *l == 64 << 10),
+        "{lens:?}"
+    );
+    assert!(log.end().segment >= 1);
+    assert_eq!(log.wait_for_sealing(), None);
+    drop(log);
+    let (log, _) = Log::open(&d, c).unwrap();
+    assert_eq!(payloads(&log).len(), 100);
+    assert_eq!(log.verify().unwrap().records, 100);
 }

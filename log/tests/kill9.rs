@@ -20,6 +20,7 @@ fn cfg() -> LogConfig {
         // small segments: kills land in rolls and in sealing too
         segment_bytes_max: 8192,
         durability: Durability::Sync,
+        ..LogConfig::default()
     }
 }
 

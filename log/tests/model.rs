@@ -38,6 +38,7 @@ fn config(rng: &mut Rng) -> LogConfig {
         } else {
             Durability::NoSyncBulkImport
         },
+        ..LogConfig::default()
     }
 }
 
