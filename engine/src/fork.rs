@@ -14,20 +14,20 @@
 //!
 //! Nothing is copied. The fork's log starts with a base record (kind 4)
 //! `{source, through, turn, rows}`, and holds only what is appended after the fork; its
-//! indexes hold only its own entries. [`open_base`] opens the source when the fork is opened
-//! and keeps it in [`Base`]; the layered accessors of [`Inner`] and `Session::event_arc` send
+//! indexes hold only its own entries. `open_base` opens the source when the fork is opened
+//! and keeps it in `Base`; the layered accessors of `Inner` and `Session::event_arc` send
 //! every read of a sequence `<= through` or a row ordinal `< rows` to the source's ordinary
 //! read path (recursively, for forks of forks). The source's events under the fence never
 //! change: its later appends go after them and sealing rewrites a segment with the same
 //! records, and reading through the source's `Log` (never by file name) is safe against both.
 //! The fork's state after the fence is derived from the source's state on open
-//! ([`base_state`]); search asks the source's postings for base rows.
+//! (`base_state`); search asks the source's postings for base rows.
 //!
 //! # Copied forks (first layout, still read)
 //!
 //! A fork written by an earlier build copied the prefix (hard links of sealed segments, the
 //! fence's segment copied or re-framed, then a marker record of kind 3) and the index prefixes.
-//! Such a Session reads nothing from its source; [`replay_marker`] applies the marker's rules.
+//! Such a Session reads nothing from its source; `replay_marker` applies the marker's rules.
 //!
 //! # How the branch is recorded
 //!
