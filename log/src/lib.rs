@@ -16,8 +16,9 @@
 //! - Only the newest segment can have a torn tail; open cuts it (after copying it beside the
 //!   segment) and syncs the cut before anything is appended. Any other damage is an error naming
 //!   file and offset; a bad record is never skipped.
-//! - Open costs O(unsealed tail): sealed segments contribute their header, footer and block
-//!   table only. [`Log::open_from`] checks only the newest segment's bytes after a durable
+//! - Open costs O(unsealed tail): sealed segments are only listed; each is opened, mapped and
+//!   its header, footer and block table checked on the first read touching it (an error of
+//!   that read, and of every later one, naming file and offset). [`Log::open_from`] checks only the newest segment's bytes after a durable
 //!   mark the caller supplies (and proves that mark first). [`Log::verify`] walks every
 //!   checksum.
 //! - With [`Durability::Sync`], the newest segment ends in a zero-filled, synced region ahead

@@ -136,7 +136,8 @@ pub struct Recovery {
     pub cut_copy: Option<PathBuf>,
     /// Records found in the unsealed segments (the part that was scanned).
     pub tail_records: u64,
-    /// Sealed segments (only their headers, footers and block tables were read).
+    /// Sealed segments (listed only: each is opened and checked on the first read touching
+    /// it, except one left beside its active copy by a crash during sealing, checked here).
     pub sealed_segments: u64,
     /// Unsealed segments (scanned in full, or from `resumed_from` on).
     pub unsealed_segments: u64,
@@ -185,7 +186,8 @@ impl Seg {
 #[derive(Clone, Debug)]
 struct SegEntry {
     seg: Seg,
-    /// Logical length of a finished segment; `None` for the segment taking appends.
+    /// Logical length of a finished active segment; `None` for the segment taking appends
+    /// and for sealed segments (their footer holds it, read on first use).
     len: Option<u64>,
 }
 
@@ -337,8 +339,9 @@ impl Log {
         Log::create_with_fs(dir, config, Arc::new(RealFs))
     }
 
-    /// Opens an existing log: reads headers, footers and block tables of sealed segments,
-    /// scans the unsealed ones, and cuts a torn tail (keeping a copy beside it).
+    /// Opens an existing log: lists the sealed segments (each is opened and checked on the
+    /// first read touching it, and by `verify`), scans the unsealed ones, and cuts a torn tail
+    /// (keeping a copy beside it).
     pub fn open(dir: &Path, config: LogConfig) -> Result<(Log, Recovery), LogError> {
         Log::open_with_fs(dir, config, Arc::new(RealFs))
     }
@@ -485,20 +488,24 @@ impl Log {
             let active_path = dir.join(active_name(n));
             if has_sealed {
                 let p = dir.join(sealed_name(n));
-                let s = SealedSegment::open(&*fs, &p, n)?;
-                if has_active {
+                let s = if has_active {
                     // A crash between steps 2 and 3 of sealing: the sealed file is complete.
+                    // Check it before the active copy goes (the only sealed file open reads).
+                    let s = SealedSegment::open(Arc::clone(&fs), &p, n)?;
                     fs.remove_file(&active_path)
                         .map_err(|e| LogError::io(&active_path, "remove", e))?;
                     dir_dirty = true;
-                }
+                    s
+                } else {
+                    // Opened, mapped and checked on the first read that touches it.
+                    SealedSegment::lazy(Arc::clone(&fs), &p, n)
+                };
                 rec.sealed_segments += 1;
-                let len = s.logical_len();
                 segments.insert(
                     n,
                     SegEntry {
                         seg: Seg::Sealed(Arc::new(s)),
-                        len: Some(len),
+                        len: None,
                     },
                 );
                 continue;
@@ -1229,21 +1236,31 @@ impl Shared {
 
     /// The segment holding `segment` and the bound up to which it may be read.
     fn segment_for(&self, segment: u64, end: Location) -> Result<(Seg, u64), LogError> {
-        let m = read_lock(&self.segments);
-        let Some(e) = m.get(&segment) else {
-            return Err(LogError::invalid(format!(
-                "segment {segment} is not part of the log"
-            )));
+        let (seg, len) = {
+            let m = read_lock(&self.segments);
+            let Some(e) = m.get(&segment) else {
+                return Err(LogError::invalid(format!(
+                    "segment {segment} is not part of the log"
+                )));
+            };
+            (e.seg.clone(), e.len)
         };
-        let bound = if segment == end.segment {
+        // Outside the lock: a sealed segment's first use opens and checks its file.
+        let bound = Self::bound(&seg, len, segment, end)?;
+        Ok((seg, bound))
+    }
+
+    /// The bound up to which segment `n` may be read.
+    fn bound(seg: &Seg, len: Option<u64>, n: u64, end: Location) -> Result<u64, LogError> {
+        Ok(if n == end.segment {
             end.offset
         } else {
-            match e.len {
-                Some(l) => l,
-                None => end.offset,
+            match (seg, len) {
+                (Seg::Sealed(s), _) => s.logical_len()?,
+                (Seg::Active(_), Some(l)) => l,
+                (Seg::Active(_), None) => end.offset,
             }
-        };
-        Ok((e.seg.clone(), bound))
+        })
     }
 
     fn read_bytes(
@@ -1370,12 +1387,12 @@ impl Shared {
         let bytes = sealed::build(n, &data, &w)
             .map_err(|m| LogError::io(&path, "compress", std::io::Error::other(m)))?;
         let dst = sealed::write(&*self.fs, &self.dir, n, &bytes)?;
-        let s = SealedSegment::open(&*self.fs, &dst, n)?;
+        let s = SealedSegment::open(Arc::clone(&self.fs), &dst, n)?;
         write_lock(&self.segments).insert(
             n,
             SegEntry {
                 seg: Seg::Sealed(Arc::new(s)),
-                len: Some(len),
+                len: None,
             },
         );
         lock(&self.cache).forget_segment(n);
@@ -1397,11 +1414,7 @@ impl Shared {
             if n > end.segment {
                 break;
             }
-            let bound = if n == end.segment {
-                end.offset
-            } else {
-                e.len.unwrap_or(end.offset)
-            };
+            let bound = Self::bound(&e.seg, e.len, n, end)?;
             let path = Self::seg_path(&e.seg).to_path_buf();
             let data = match &e.seg {
                 Seg::Active(a) => {
@@ -1420,11 +1433,12 @@ impl Shared {
                     data
                 }
                 Seg::Sealed(s) => {
+                    let o = s.opened()?;
                     // The logical header is not stored in a sealed file; the frames do not need it.
-                    let mut data = Vec::with_capacity(s.logical_len() as usize);
+                    let mut data = Vec::with_capacity(o.logical_len() as usize);
                     data.extend_from_slice(&encode_header(ACTIVE_FORMAT, n));
-                    for i in 0..s.blocks() {
-                        data.extend_from_slice(&s.decompress_block(i)?);
+                    for i in 0..o.blocks() {
+                        data.extend_from_slice(&s.decompress_block(o, i)?);
                         report.blocks += 1;
                     }
                     data
@@ -1435,7 +1449,7 @@ impl Shared {
                 return Err(LogError::corrupt(&path, at, reason));
             }
             if let Seg::Sealed(s) = &e.seg {
-                let f = &s.footer;
+                let f = &s.opened()?.footer;
                 if f.records != w.records
                     || f.first_record != w.first_record.unwrap_or(f.logical_len)
                     || f.last_record != w.last_record.unwrap_or(f.logical_len)

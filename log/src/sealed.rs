@@ -1,5 +1,5 @@
-//! Sealed segments: building the block-compressed file, opening it (header, footer and block
-//! table only), and reading logical bytes through the block cache.
+//! Sealed segments: building the block-compressed file, opening it lazily on first use (header,
+//! footer and block table only), and reading logical bytes through the block cache.
 
 use crate::cache::{BlockCache, BlockKey};
 use crate::error::LogError;
@@ -12,54 +12,35 @@ use crate::io::{write_all_at, FileSystem};
 use crate::walk::Walk;
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// Largest compressed block accepted: zstd's bound for a 64 KiB input is a little above 64 KiB.
 const BLOCK_COMPRESSED_BYTES_MAX: u64 = 2 * BLOCK_BYTES;
 
-/// An open sealed segment: a read-only map plus its checked footer and block table.
+/// A sealed segment. Creating one touches no file: the file is opened, mapped and its header,
+/// footer and block table checked on the first call that needs them ([`SealedSegment::opened`]),
+/// so opening a log costs nothing per sealed segment. A check that fails is an error of that
+/// call (naming the file and offset) and is not remembered: the next call checks again.
 #[derive(Debug)]
 pub struct SealedSegment {
     /// Segment number.
     pub segment: u64,
     /// The file.
     pub path: PathBuf,
+    fs: Arc<dyn FileSystem>,
+    opened: OnceLock<Opened>,
+}
+
+/// The checked, mapped state of a sealed segment.
+#[derive(Debug)]
+pub struct Opened {
     map: memmap2::Mmap,
     /// The checked footer.
     pub footer: Footer,
     table: Vec<BlockEntry>,
 }
 
-impl SealedSegment {
-    /// Opens and checks header, footer and block table; never reads a block.
-    pub fn open(fs: &dyn FileSystem, path: &Path, segment: u64) -> Result<SealedSegment, LogError> {
-        let f = fs
-            .open_ro(path)
-            .map_err(|e| LogError::io(path, "open", e))?;
-        let len = f.len().map_err(|e| LogError::io(path, "stat", e))?;
-        if len < HEADER_BYTES + FOOTER_BYTES {
-            // Too short to map usefully; read what is there so the error says the right thing.
-            let mut head = vec![0u8; len as usize];
-            crate::io::read_exact_at(&*f, &mut head, 0)
-                .map_err(|e| LogError::io(path, "read", e))?;
-            check_header(path, &head, SEALED_FORMAT, segment)?;
-            return Err(LogError::corrupt(
-                path,
-                len,
-                "sealed segment shorter than header and footer",
-            ));
-        }
-        let map = f.map().map_err(|e| LogError::io(path, "mmap", e))?;
-        let (footer, table) = parse(path, segment, &map)?;
-        Ok(SealedSegment {
-            segment,
-            path: path.to_path_buf(),
-            map,
-            footer,
-            table,
-        })
-    }
-
+impl Opened {
     /// Length of the logical stream.
     pub fn logical_len(&self) -> u64 {
         self.footer.logical_len
@@ -69,11 +50,50 @@ impl SealedSegment {
     pub fn blocks(&self) -> u32 {
         self.footer.blocks
     }
+}
 
-    /// Checks and decompresses block `i`.
-    pub fn decompress_block(&self, i: u32) -> Result<Vec<u8>, LogError> {
-        let e = self.table[i as usize];
-        let bytes = &self.map[e.file_offset as usize..(e.file_offset + u64::from(e.len)) as usize];
+impl SealedSegment {
+    /// A sealed segment whose file is opened and checked on first use.
+    pub fn lazy(fs: Arc<dyn FileSystem>, path: &Path, segment: u64) -> SealedSegment {
+        SealedSegment {
+            segment,
+            path: path.to_path_buf(),
+            fs,
+            opened: OnceLock::new(),
+        }
+    }
+
+    /// Opens and checks header, footer and block table now; never reads a block.
+    pub fn open(
+        fs: Arc<dyn FileSystem>,
+        path: &Path,
+        segment: u64,
+    ) -> Result<SealedSegment, LogError> {
+        let s = SealedSegment::lazy(fs, path, segment);
+        s.opened()?;
+        Ok(s)
+    }
+
+    /// The mapped and checked file, opening it on first use. Thread-safe: concurrent first
+    /// calls may each open and check the file; one result is kept, and no caller waits on
+    /// another's I/O.
+    pub fn opened(&self) -> Result<&Opened, LogError> {
+        if let Some(o) = self.opened.get() {
+            return Ok(o);
+        }
+        let o = open_file(&*self.fs, &self.path, self.segment)?;
+        Ok(self.opened.get_or_init(|| o))
+    }
+
+    /// Length of the logical stream (opens the file on first use).
+    pub fn logical_len(&self) -> Result<u64, LogError> {
+        Ok(self.opened()?.logical_len())
+    }
+
+    /// Checks and decompresses block `i` (`i` below `o.blocks()`).
+    pub fn decompress_block(&self, o: &Opened, i: u32) -> Result<Vec<u8>, LogError> {
+        let e = o.table[i as usize];
+        let bytes = &o.map[e.file_offset as usize..(e.file_offset + u64::from(e.len)) as usize];
         if crc32fast::hash(bytes) != e.crc {
             return Err(LogError::corrupt(
                 &self.path,
@@ -82,7 +102,7 @@ impl SealedSegment {
             ));
         }
         let start = HEADER_BYTES + u64::from(i) * BLOCK_BYTES;
-        let want = BLOCK_BYTES.min(self.footer.logical_len - start) as usize;
+        let want = BLOCK_BYTES.min(o.footer.logical_len - start) as usize;
         let out = DECOMPRESSOR.with(|d| {
             let mut d = d.borrow_mut();
             let d = match &mut *d {
@@ -147,9 +167,10 @@ impl SealedSegment {
         hint: &mut BlockHint,
         mut f: impl FnMut(&[u8]),
     ) -> Result<(), LogError> {
+        let o = self.opened()?;
         debug_assert!(offset >= HEADER_BYTES, "records start after the header");
         debug_assert!(
-            offset + len as u64 <= self.footer.logical_len,
+            offset + len as u64 <= o.footer.logical_len,
             "caller checks bounds"
         );
         let mut done = 0usize;
@@ -157,7 +178,7 @@ impl SealedSegment {
             let at = offset + done as u64 - HEADER_BYTES;
             let i = (at / BLOCK_BYTES) as u32;
             let within = (at % BLOCK_BYTES) as usize;
-            let block = self.block(i, cache, hint)?;
+            let block = self.block(o, i, cache, hint)?;
             let n = (block.len() - within).min(len - done);
             f(&block[within..within + n]);
             done += n;
@@ -167,6 +188,7 @@ impl SealedSegment {
 
     fn block(
         &self,
+        o: &Opened,
         i: u32,
         cache: &Mutex<BlockCache>,
         hint: &mut BlockHint,
@@ -183,7 +205,7 @@ impl SealedSegment {
             Some(b) => b,
             None => {
                 // Decompress outside the lock: other readers keep going meanwhile.
-                let b = Arc::new(self.decompress_block(i)?);
+                let b = Arc::new(self.decompress_block(o, i)?);
                 lock(cache).insert(key, Arc::clone(&b));
                 b
             }
@@ -198,6 +220,28 @@ pub type BlockHint = Option<(BlockKey, Arc<Vec<u8>>)>;
 
 thread_local! {
     static DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { RefCell::new(None) };
+}
+
+/// Opens, maps and checks header, footer and block table of a sealed file.
+fn open_file(fs: &dyn FileSystem, path: &Path, segment: u64) -> Result<Opened, LogError> {
+    let f = fs
+        .open_ro(path)
+        .map_err(|e| LogError::io(path, "open", e))?;
+    let len = f.len().map_err(|e| LogError::io(path, "stat", e))?;
+    if len < HEADER_BYTES + FOOTER_BYTES {
+        // Too short to map usefully; read what is there so the error says the right thing.
+        let mut head = vec![0u8; len as usize];
+        crate::io::read_exact_at(&*f, &mut head, 0).map_err(|e| LogError::io(path, "read", e))?;
+        check_header(path, &head, SEALED_FORMAT, segment)?;
+        return Err(LogError::corrupt(
+            path,
+            len,
+            "sealed segment shorter than header and footer",
+        ));
+    }
+    let map = f.map().map_err(|e| LogError::io(path, "mmap", e))?;
+    let (footer, table) = parse(path, segment, &map)?;
+    Ok(Opened { map, footer, table })
 }
 
 fn lock(cache: &Mutex<BlockCache>) -> std::sync::MutexGuard<'_, BlockCache> {

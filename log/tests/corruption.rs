@@ -298,25 +298,59 @@ fn truncated_sealed_segment_is_an_error_naming_it() {
     let mut rng = Rng::from_env("truncated sealed");
     let dir = fast_tempdir();
     let orig = dir.path().join("orig");
-    build(&orig, cfg(256), 30, &mut rng);
+    let want = build(&orig, cfg(256), 30, &mut rng);
     let sealed = files_ending(&orig, ".sealed");
     assert!(sealed.len() > 2);
     let victim = &sealed[1];
     let name = victim.file_name().unwrap().to_owned();
+    let victim_seg: u64 = name.to_str().unwrap()[..20].parse().unwrap();
+    let all: Vec<_> = want.iter().flatten().collect();
+    let before = all
+        .iter()
+        .filter(|(l, _, _)| l.segment < victim_seg)
+        .count();
+    let inside = all
+        .iter()
+        .find(|(l, _, _)| l.segment == victim_seg)
+        .expect("the victim holds records")
+        .0;
+    let (after, after_rec) = all
+        .iter()
+        .find(|(l, _, _)| l.segment > victim_seg)
+        .map(|(l, k, p)| (*l, (*k, p.clone())))
+        .unwrap();
     let bytes = std::fs::read(victim).unwrap();
+    let is_named = |e: &logbook_log::LogError, what: &str| {
+        assert!(
+            matches!(e.kind(), ErrorKind::Corrupt | ErrorKind::UnsupportedFormat),
+            "{what}: {e}"
+        );
+        assert!(
+            e.to_string().contains(name.to_str().unwrap()),
+            "{what}: {e}"
+        );
+    };
     for cut in (0..bytes.len()).step_by(7) {
         let d = dir.path().join(format!("s{cut}"));
         copy_dir(&orig, &d);
         std::fs::write(d.join(&name), &bytes[..cut]).unwrap();
-        let e = Log::open(&d, cfg(256)).unwrap_err();
-        assert!(
-            matches!(e.kind(), ErrorKind::Corrupt | ErrorKind::UnsupportedFormat),
-            "cut {cut}: {e}"
+        // Open lists sealed segments only; the damage is found by the first read touching it.
+        let (log, _) = Log::open(&d, cfg(256)).unwrap();
+        let e = log.read(inside).unwrap_err();
+        is_named(&e, &format!("cut {cut}: read"));
+        // Other segments stay readable.
+        let got = log.read(after).unwrap();
+        assert_eq!((got.kind, got.payload), after_rec, "cut {cut}");
+        // A scan returns what lies before the damage, then the error, and nothing after it.
+        let results: Vec<_> = log.scan(log.start()).collect();
+        assert_eq!(results.len(), before + 1, "cut {cut}");
+        assert!(results[..before].iter().all(Result::is_ok), "cut {cut}");
+        is_named(
+            results[before].as_ref().unwrap_err(),
+            &format!("cut {cut}: scan"),
         );
-        assert!(
-            e.to_string().contains(name.to_str().unwrap()),
-            "cut {cut}: {e}"
-        );
+        is_named(&log.verify().unwrap_err(), &format!("cut {cut}: verify"));
+        drop(log);
         std::fs::remove_dir_all(&d).unwrap();
     }
 }
@@ -380,7 +414,14 @@ fn flipped_bits_are_detected_never_returned() {
                             seen += 1;
                         }
                         Err(e) => {
-                            assert_eq!(e.kind(), ErrorKind::Corrupt, "{what}: {e}");
+                            // A sealed file is first checked by the first read touching it.
+                            assert!(
+                                matches!(
+                                    e.kind(),
+                                    ErrorKind::Corrupt | ErrorKind::UnsupportedFormat
+                                ),
+                                "{what}: {e}"
+                            );
                             scan_failed = true;
                         }
                     }
@@ -400,7 +441,14 @@ fn flipped_bits_are_detected_never_returned() {
                     outcomes[1] += 1;
                 } else {
                     let e = verified.expect_err(&what);
-                    assert_eq!(e.kind(), ErrorKind::Corrupt, "{what}: {e}");
+                    assert!(
+                        matches!(e.kind(), ErrorKind::Corrupt | ErrorKind::UnsupportedFormat),
+                        "{what}: {e}"
+                    );
+                    assert!(
+                        e.to_string().contains(name.to_str().unwrap()),
+                        "{what}: {e}"
+                    );
                     assert!(scan_failed, "{what}: a scan meets the damage too");
                     outcomes[if scan_failed { 2 } else { 3 }] += 1;
                 }
