@@ -328,6 +328,9 @@ fn load(
     })?;
     let mut bytes: Vec<u8> = Vec::with_capacity(expected.saturating_add(1));
     let spare = bytes.spare_capacity_mut();
+    if before.size >= READ_PIPELINE_BYTES_MIN {
+        advise_huge_pages(spare);
+    }
     let filled = if cx.pipeline.wanted(before.size) {
         fill_pipelined(fd, spare)
     } else {
@@ -385,32 +388,57 @@ fn fill<'a>(
     Ok(total)
 }
 
-/// [`fill`] with SHA-256 on a second thread: reading (and UTF-8 checking) one step
-/// overlaps hashing the previous one.
+/// Asks for transparent huge pages over the whole pages of a large read's fresh
+/// buffer (`MADV_HUGEPAGE`): one page fault per 2 MiB instead of one per 4 KiB as
+/// `read` first writes each page, and fewer TLB misses for the copy and the hash. The
+/// page faults of a 4 KiB-paged buffer were a third of a large read's CPU time. Best
+/// effort: without THP the pages fault as before.
+fn advise_huge_pages(buf: &mut [MaybeUninit<u8>]) {
+    const PAGE: usize = 4096;
+    let start = buf.as_mut_ptr() as usize;
+    let first = start.next_multiple_of(PAGE);
+    let end = (start + buf.len()) & !(PAGE - 1);
+    if end <= first {
+        return;
+    }
+    // SAFETY: [first, end) lies inside `buf`, memory this function borrows mutably;
+    // MADV_HUGEPAGE only changes how its pages are backed, never their contents or
+    // the mapping's extent.
+    let _ = unsafe {
+        rustix::mm::madvise(
+            first as *mut std::ffi::c_void,
+            end - first,
+            rustix::mm::Advice::LinuxHugepage,
+        )
+    };
+}
+
+/// [`fill`] with SHA-256 and UTF-8 checking on a second thread: reading one step
+/// overlaps checking the previous one.
 fn fill_pipelined(
     fd: BorrowedFd<'_>,
     buf: &mut [MaybeUninit<u8>],
 ) -> Result<(usize, [u8; 32], bool), Errno> {
     std::thread::scope(|scope| {
         let (tx, rx) = std::sync::mpsc::sync_channel::<&[u8]>(PIPELINE_DEPTH);
-        let hasher = scope.spawn(move || {
+        let checker = scope.spawn(move || {
             let mut h = Sha256::new();
+            let mut utf8 = Utf8Stream::default();
             for piece in rx {
                 h.update(piece);
+                utf8.feed(piece);
             }
-            <[u8; 32]>::from(h.finalize())
+            (<[u8; 32]>::from(h.finalize()), utf8.finish())
         });
-        let mut utf8 = Utf8Stream::default();
         let read = fill(fd, buf, |piece| {
-            utf8.feed(piece);
             // The receiver lives until `tx` is dropped below, so a send cannot fail.
             let _ = tx.send(piece);
         });
         drop(tx);
-        let digest = hasher
+        let (digest, utf8) = checker
             .join()
             .unwrap_or_else(|panic| std::panic::resume_unwind(panic));
-        read.map(|n| (n, digest, utf8.finish()))
+        read.map(|n| (n, digest, utf8))
     })
 }
 
