@@ -725,52 +725,28 @@ impl<'a> EventBorrowed<'a> {
     /// The rows the event publishes, as [`rows_of`] gives them for the owned event.
     pub(crate) fn rows(&self) -> Vec<RowSource<'a>> {
         match self {
-            EventBorrowed::UserMessage(m) => vec![RowSource {
-                kind: RowKind::User,
-                invocation: m.invocation,
-                fields: vec![("body", m.text)],
-                tool_call_id: None,
-                internal: false,
-            }],
+            EventBorrowed::UserMessage(m) => vec![RowSource::user(m.invocation, m.text)],
             EventBorrowed::ModelCompletion(c) => c
                 .items
                 .iter()
                 .map(|item| match item {
-                    ItemBinBorrowed::Assistant { body, thinking } => RowSource {
-                        kind: RowKind::Assistant,
-                        invocation: c.invocation,
-                        fields: vec![("body", *body), ("thinking", thinking.unwrap_or(""))],
-                        tool_call_id: None,
-                        internal: false,
-                    },
+                    ItemBinBorrowed::Assistant { body, thinking } => {
+                        RowSource::assistant(c.invocation, body, thinking.unwrap_or(""))
+                    }
                     ItemBinBorrowed::ToolCall {
                         id,
                         name,
                         arguments,
                         internal,
-                    } => RowSource {
-                        kind: RowKind::ToolCall,
-                        invocation: c.invocation,
-                        fields: vec![("name", *name), ("arguments", *arguments)],
-                        tool_call_id: Some(id),
-                        internal: *internal,
-                    },
+                    } => RowSource::tool_call(c.invocation, id, name, arguments, *internal),
                 })
                 .collect(),
-            EventBorrowed::ToolResult(r) => vec![RowSource {
-                kind: RowKind::ToolResult,
-                invocation: r.invocation,
-                fields: vec![("body", r.body)],
-                tool_call_id: Some(r.tool_call_id),
-                internal: false,
-            }],
-            EventBorrowed::InteractionRequested(i) => vec![RowSource {
-                kind: RowKind::Interaction,
-                invocation: i.invocation,
-                fields: vec![("body", i.prompt)],
-                tool_call_id: None,
-                internal: false,
-            }],
+            EventBorrowed::ToolResult(r) => {
+                vec![RowSource::tool_result(r.invocation, r.tool_call_id, r.body)]
+            }
+            EventBorrowed::InteractionRequested(i) => {
+                vec![RowSource::interaction(i.invocation, i.prompt)]
+            }
             EventBorrowed::SessionCreated(_)
             | EventBorrowed::TurnSettled(_)
             | EventBorrowed::StopRequested(_)
@@ -839,58 +815,85 @@ pub struct RowSource<'a> {
     pub internal: bool,
 }
 
+impl<'a> RowSource<'a> {
+    fn new(
+        kind: RowKind,
+        invocation: &'a str,
+        fields: Vec<(&'static str, &'a str)>,
+        tool_call_id: Option<&'a str>,
+        internal: bool,
+    ) -> Self {
+        RowSource {
+            kind,
+            invocation,
+            fields,
+            tool_call_id,
+            internal,
+        }
+    }
+
+    fn user(invocation: &'a str, text: &'a str) -> Self {
+        Self::new(RowKind::User, invocation, vec![("body", text)], None, false)
+    }
+
+    fn assistant(invocation: &'a str, body: &'a str, thinking: &'a str) -> Self {
+        let fields = vec![("body", body), ("thinking", thinking)];
+        Self::new(RowKind::Assistant, invocation, fields, None, false)
+    }
+
+    fn tool_call(
+        invocation: &'a str,
+        id: &'a str,
+        name: &'a str,
+        arguments: &'a str,
+        internal: bool,
+    ) -> Self {
+        let fields = vec![("name", name), ("arguments", arguments)];
+        Self::new(RowKind::ToolCall, invocation, fields, Some(id), internal)
+    }
+
+    fn tool_result(invocation: &'a str, call_id: &'a str, body: &'a str) -> Self {
+        let fields = vec![("body", body)];
+        Self::new(
+            RowKind::ToolResult,
+            invocation,
+            fields,
+            Some(call_id),
+            false,
+        )
+    }
+
+    fn interaction(invocation: &'a str, prompt: &'a str) -> Self {
+        let fields = vec![("body", prompt)];
+        Self::new(RowKind::Interaction, invocation, fields, None, false)
+    }
+}
+
 /// The rows an event publishes, in item order.
 pub fn rows_of(event: &Event) -> Vec<RowSource<'_>> {
     match event {
-        Event::UserMessage(m) => vec![RowSource {
-            kind: RowKind::User,
-            invocation: &m.invocation,
-            fields: vec![("body", m.text.as_str())],
-            tool_call_id: None,
-            internal: false,
-        }],
+        Event::UserMessage(m) => vec![RowSource::user(&m.invocation, &m.text)],
         Event::ModelCompletion(c) => c
             .items
             .iter()
             .map(|item| match item {
-                Item::Assistant { body, thinking } => RowSource {
-                    kind: RowKind::Assistant,
-                    invocation: &c.invocation,
-                    fields: vec![
-                        ("body", body.as_str()),
-                        ("thinking", thinking.as_deref().unwrap_or("")),
-                    ],
-                    tool_call_id: None,
-                    internal: false,
-                },
+                Item::Assistant { body, thinking } => {
+                    RowSource::assistant(&c.invocation, body, thinking.as_deref().unwrap_or(""))
+                }
                 Item::ToolCall {
                     id,
                     name,
                     arguments,
                     internal,
-                } => RowSource {
-                    kind: RowKind::ToolCall,
-                    invocation: &c.invocation,
-                    fields: vec![("name", name.as_str()), ("arguments", arguments.as_str())],
-                    tool_call_id: Some(id),
-                    internal: *internal,
-                },
+                } => RowSource::tool_call(&c.invocation, id, name, arguments, *internal),
             })
             .collect(),
-        Event::ToolResult(r) => vec![RowSource {
-            kind: RowKind::ToolResult,
-            invocation: &r.invocation,
-            fields: vec![("body", r.body.as_str())],
-            tool_call_id: Some(&r.tool_call_id),
-            internal: false,
-        }],
-        Event::InteractionRequested(i) => vec![RowSource {
-            kind: RowKind::Interaction,
-            invocation: &i.invocation,
-            fields: vec![("body", i.prompt.as_str())],
-            tool_call_id: None,
-            internal: false,
-        }],
+        Event::ToolResult(r) => vec![RowSource::tool_result(
+            &r.invocation,
+            &r.tool_call_id,
+            &r.body,
+        )],
+        Event::InteractionRequested(i) => vec![RowSource::interaction(&i.invocation, &i.prompt)],
         _ => Vec::new(),
     }
 }

@@ -17,6 +17,23 @@ fn payload(i: usize) -> Vec<u8> {
     format!("record number {i} ").repeat(1 + i % 7).into_bytes()
 }
 
+/// A log at `d` of `n` single-record batches (`payload(0..n)`, kind 1), every rolled
+/// segment sealed, closed.
+fn sealed_log(d: &Path, durability: Durability, n: usize) -> Vec<Location> {
+    let log = Log::create(d, tiny(durability)).unwrap();
+    let locs = (0..n)
+        .map(|i| {
+            log.append(&[Record {
+                kind: 1,
+                payload: &payload(i),
+            }])
+            .unwrap()[0]
+        })
+        .collect();
+    assert_eq!(log.wait_for_sealing(), None);
+    locs
+}
+
 fn all(log: &Log) -> Vec<(Location, u8, Vec<u8>, bool)> {
     log.scan(log.start())
         .map(|r| {
@@ -353,16 +370,7 @@ fn concurrent_appenders_and_readers() {
 fn open_does_not_read_sealed_bodies_but_verify_does() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().join("l");
-    let log = Log::create(&d, tiny(Durability::NoSyncBulkImport)).unwrap();
-    for i in 0..50 {
-        log.append(&[Record {
-            kind: 1,
-            payload: &payload(i),
-        }])
-        .unwrap();
-    }
-    assert_eq!(log.wait_for_sealing(), None);
-    drop(log);
+    sealed_log(&d, Durability::NoSyncBulkImport, 50);
     let victim = log_files(&d, ".sealed").remove(2);
     let mut bytes = std::fs::read(&victim).unwrap();
     bytes[40] ^= 0x10; // inside block 0's compressed bytes
@@ -483,19 +491,7 @@ fn version_1_segments_open_and_keep_their_rules() {
 fn concurrent_first_reads_of_lazily_opened_sealed_segments() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().join("l");
-    let log = Log::create(&d, tiny(Durability::NoSyncBulkImport)).unwrap();
-    let mut locs = Vec::new();
-    for i in 0..120 {
-        let l = log
-            .append(&[Record {
-                kind: 1,
-                payload: &payload(i),
-            }])
-            .unwrap();
-        locs.push(l[0]);
-    }
-    assert_eq!(log.wait_for_sealing(), None);
-    drop(log);
+    let locs = sealed_log(&d, Durability::NoSyncBulkImport, 120);
     for round in 0..5 {
         // Every sealed segment is first touched by several threads at once, while appends go on.
         let (log, rec) = Log::open(&d, tiny(Durability::NoSyncBulkImport)).unwrap();
@@ -538,16 +534,7 @@ fn concurrent_first_reads_of_lazily_opened_sealed_segments() {
 fn a_damaged_sealed_file_beside_its_active_copy_is_refused_and_the_copy_kept() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().join("l");
-    let log = Log::create(&d, tiny(Durability::Sync)).unwrap();
-    for i in 0..30 {
-        log.append(&[Record {
-            kind: 1,
-            payload: &payload(i),
-        }])
-        .unwrap();
-    }
-    assert_eq!(log.wait_for_sealing(), None);
-    drop(log);
+    sealed_log(&d, Durability::Sync, 30);
     // A crash between steps 2 and 3 of sealing leaves N.sealed beside N.active, and open
     // removes the active file only once the sealed one passed its checks. Whatever the active
     // file holds, it must survive a sealed file that fails them (here: its footer cut short).

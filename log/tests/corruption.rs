@@ -6,8 +6,9 @@
 mod common;
 
 use common::{copy_dir, fast_tempdir, files_ending, Rng};
-use logbook_log::{Durability, ErrorKind, Location, Log, LogConfig, Record};
+use logbook_log::{Durability, ErrorKind, Location, Log, LogConfig, LogError, Record};
 use std::collections::HashMap;
+use std::ffi::OsStr;
 use std::path::Path;
 
 fn cfg(segment_bytes_max: u64) -> LogConfig {
@@ -16,6 +17,18 @@ fn cfg(segment_bytes_max: u64) -> LogConfig {
         durability: Durability::Sync,
         ..LogConfig::default()
     }
+}
+
+/// The error reports damage (or a refused format) and names the damaged file.
+fn is_named(e: &LogError, name: &OsStr, what: &str) {
+    assert!(
+        matches!(e.kind(), ErrorKind::Corrupt | ErrorKind::UnsupportedFormat),
+        "{what}: {e}"
+    );
+    assert!(
+        e.to_string().contains(name.to_str().unwrap()),
+        "{what}: {e}"
+    );
 }
 
 /// Writes batches of 1-3 records; returns per batch its records (location, kind, payload).
@@ -320,16 +333,6 @@ fn truncated_sealed_segment_is_an_error_naming_it() {
         .map(|(l, k, p)| (*l, (*k, p.clone())))
         .unwrap();
     let bytes = std::fs::read(victim).unwrap();
-    let is_named = |e: &logbook_log::LogError, what: &str| {
-        assert!(
-            matches!(e.kind(), ErrorKind::Corrupt | ErrorKind::UnsupportedFormat),
-            "{what}: {e}"
-        );
-        assert!(
-            e.to_string().contains(name.to_str().unwrap()),
-            "{what}: {e}"
-        );
-    };
     for cut in (0..bytes.len()).step_by(7) {
         let d = dir.path().join(format!("s{cut}"));
         copy_dir(&orig, &d);
@@ -337,7 +340,7 @@ fn truncated_sealed_segment_is_an_error_naming_it() {
         // Open lists sealed segments only; the damage is found by the first read touching it.
         let (log, _) = Log::open(&d, cfg(256)).unwrap();
         let e = log.read(inside).unwrap_err();
-        is_named(&e, &format!("cut {cut}: read"));
+        is_named(&e, &name, &format!("cut {cut}: read"));
         // Other segments stay readable.
         let got = log.read(after).unwrap();
         assert_eq!((got.kind, got.payload), after_rec, "cut {cut}");
@@ -347,9 +350,14 @@ fn truncated_sealed_segment_is_an_error_naming_it() {
         assert!(results[..before].iter().all(Result::is_ok), "cut {cut}");
         is_named(
             results[before].as_ref().unwrap_err(),
+            &name,
             &format!("cut {cut}: scan"),
         );
-        is_named(&log.verify().unwrap_err(), &format!("cut {cut}: verify"));
+        is_named(
+            &log.verify().unwrap_err(),
+            &name,
+            &format!("cut {cut}: verify"),
+        );
         drop(log);
         std::fs::remove_dir_all(&d).unwrap();
     }
@@ -393,14 +401,7 @@ fn flipped_bits_are_detected_never_returned() {
         let what = format!("flip {t}: {} byte {at}", name.to_string_lossy());
         match Log::open(&d, cfg(2048)) {
             Err(e) => {
-                assert!(
-                    matches!(e.kind(), ErrorKind::Corrupt | ErrorKind::UnsupportedFormat),
-                    "{what}: {e}"
-                );
-                assert!(
-                    e.to_string().contains(name.to_str().unwrap()),
-                    "{what}: {e}"
-                );
+                is_named(&e, &name, &what);
                 outcomes[0] += 1;
             }
             Ok((log, rec)) => {
@@ -441,14 +442,7 @@ fn flipped_bits_are_detected_never_returned() {
                     outcomes[1] += 1;
                 } else {
                     let e = verified.expect_err(&what);
-                    assert!(
-                        matches!(e.kind(), ErrorKind::Corrupt | ErrorKind::UnsupportedFormat),
-                        "{what}: {e}"
-                    );
-                    assert!(
-                        e.to_string().contains(name.to_str().unwrap()),
-                        "{what}: {e}"
-                    );
+                    is_named(&e, &name, &what);
                     assert!(scan_failed, "{what}: a scan meets the damage too");
                     outcomes[if scan_failed { 2 } else { 3 }] += 1;
                 }
