@@ -6,6 +6,8 @@
 //! (user -> userMessage, assistant -> modelCompletion with one assistant item,
 //! toolResult -> toolResult) with `Durability::NoSyncBulkImport`.
 //! `LOGBOOK_SEARCH_FTS5=0` skips the FTS5 peer (its build takes a while).
+//! `LOGBOOK_SEARCH_KEEP=1` keeps the ingested Root after the run and prints its path, for
+//! inspecting the files (sizes of the postings' sections, for example).
 //!
 //! Run: `cargo bench -p logbook-benches --bench engine_search -- --warm-up-time 1 --measurement-time 3`
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -375,6 +377,9 @@ fn bench(c: &mut Criterion) {
         g.finish();
     }
     drop(root);
+    if std::env::var("LOGBOOK_SEARCH_KEEP").as_deref() == Ok("1") {
+        eprintln!("engine_search: kept the Root at {}", dir.keep().display());
+    }
     // Indexed ingest as a criterion figure on the first 20 MB of the corpus.
     let mut small = Vec::new();
     let mut bytes = 0u64;

@@ -1,42 +1,64 @@
 //! Block codec shared by the postings writer and reader.
 //!
-//! A block holds `n` ascending doc ids (1 <= n <= BLOCK_POSTINGS):
+//! A block holds `n` ascending doc ids (1 <= n <= BLOCK_POSTINGS). With
+//! `u_i = doc_i - doc_0` for i in 1..n (so 1 <= u_1 < u_2 < ...):
 //!
 //! ```text
 //! crc32 u32 LE   CRC-32 of (key u32 LE, block index u32 LE, the bytes below)
-//! width u8       bits per packed value, 0..=32
-//! first varint   the first doc id (LEB128, at most 5 bytes)
-//! packed         n - 1 values (gap - 1), `width` bits each, LSB first, padded to a byte
+//! mode u8        0..=31: Elias-Fano with `mode` low bits; 0x20 + w (w 0..=32): packed
+//!                with width w; 0x80: bitmap
+//! first varint   doc_0 (LEB128, at most 5 bytes)
+//! Elias-Fano     low: n - 1 values `u_i mod 2^l`, l bits each, LSB first, padded to a byte;
+//!                high: for each i, bit `(u_i >> l) + (i - 1)` set, LSB first, ending with
+//!                the byte that holds the last set bit
+//! packed         n - 1 values `gap - 1` (gap = doc_i - doc_(i-1)), w bits each, LSB
+//!                first, padded to a byte; w is the bits of the largest value
+//! bitmap         bit `u - 1` set for every u_i, LSB first, ending with the byte that
+//!                holds the last set bit
 //! ```
 //!
-//! Binding the key and block index into the checksum means a block read
-//! through a wrong offset fails its check instead of returning another list.
+//! The writer picks whichever is shortest for the block, preferring packed, then
+//! bitmap on a tie. Packing wins when gaps are even (and costs nothing for runs of
+//! consecutive rows), bitmaps where a trigram is in most rows of a stretch, and
+//! Elias-Fano (about `2 + log2(mean gap)` bits per doc) when gaps are uneven, which
+//! is what most lists of real text look like. Binding the
+//! key and block index into the checksum means a block read through a wrong
+//! offset fails its check instead of returning another list.
 
 /// Doc ids per full block; the last block of a list may hold fewer.
 pub const BLOCK_POSTINGS: u32 = 128;
 /// Largest varint for a u32, in bytes.
 const VARINT_BYTES_MAX: usize = 5;
+/// Mode byte of a packed block of width 0 (`PACKED_MODE + width`, width 0..=32);
+/// Elias-Fano blocks use 0..=31, the low-bit count.
+const PACKED_MODE: u8 = 0x20;
+/// Mode byte of a bitmap block.
+const BITMAP_MODE: u8 = 0x80;
+/// Bytes before the first doc's varint: checksum and mode.
+const BLOCK_HEAD_BYTES: usize = 5;
 
 /// Why a block could not be decoded (the caller adds path and offset).
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum BlockFault {
     Truncated,
-    BadWidth(u8),
+    BadMode(u8),
     BadVarint,
     Checksum { expected: u32, got: u32 },
     Overflow,
+    NotAscending,
 }
 
 impl BlockFault {
     pub(crate) fn describe(&self) -> String {
         match self {
             BlockFault::Truncated => "block runs past the end of the data".into(),
-            BlockFault::BadWidth(w) => format!("block bit width {w} exceeds 32"),
+            BlockFault::BadMode(m) => format!("block mode {m:#04x} is not a known encoding"),
             BlockFault::BadVarint => "block first doc id is not a valid u32 varint".into(),
             BlockFault::Checksum { expected, got } => {
                 format!("block checksum mismatch (stored {expected:#010x}, computed {got:#010x})")
             }
             BlockFault::Overflow => "block doc ids overflow u32".into(),
+            BlockFault::NotAscending => "block doc ids are not strictly ascending".into(),
         }
     }
 }
@@ -73,6 +95,32 @@ fn bits_needed(v: u32) -> u8 {
     (32 - v.leading_zeros()) as u8
 }
 
+/// Appends `bits` bits of `v` to the little-endian bit stream `(acc, have)` flushing to `out`.
+fn put_bits(out: &mut Vec<u8>, acc: &mut u64, have: &mut u32, v: u64, bits: u32) {
+    if bits == 0 {
+        return;
+    }
+    *acc |= v << *have;
+    *have += bits;
+    while *have >= 8 {
+        out.push(*acc as u8);
+        *acc >>= 8;
+        *have -= 8;
+    }
+}
+
+/// Appends a byte-padded bit stream with the given positions set (ascending).
+fn put_set_bits(out: &mut Vec<u8>, positions: impl Iterator<Item = u64>) {
+    let start = out.len();
+    for p in positions {
+        let byte = start + (p / 8) as usize;
+        if out.len() <= byte {
+            out.resize(byte + 1, 0);
+        }
+        out[byte] |= 1 << (p % 8);
+    }
+}
+
 /// Appends one block holding `docs` (ascending, strictly; 1..=BLOCK_POSTINGS).
 pub(crate) fn encode_block(out: &mut Vec<u8>, key: u32, index: u32, docs: &[u32]) {
     debug_assert!(
@@ -86,29 +134,81 @@ pub(crate) fn encode_block(out: &mut Vec<u8>, key: u32, index: u32, docs: &[u32]
     let crc_at = out.len();
     out.extend_from_slice(&[0; 4]);
     let body = out.len();
+    let first = docs[0];
+    let m = (docs.len() - 1) as u64;
+    let max = u64::from(docs[docs.len() - 1] - first);
     let width = docs
         .windows(2)
         .map(|w| bits_needed(w[1] - w[0] - 1))
         .max()
         .unwrap_or(0);
-    out.push(width);
-    put_varint(out, docs[0]);
-    let mut acc: u64 = 0;
-    let mut have: u32 = 0;
-    for w in docs.windows(2) {
-        acc |= u64::from(w[1] - w[0] - 1) << have;
-        have += u32::from(width);
-        while have >= 8 {
-            out.push(acc as u8);
-            acc >>= 8;
-            have -= 8;
+    let packed_bytes = (m * u64::from(width)).div_ceil(8);
+    let bitmap_bytes = max.div_ceil(8);
+    // The low-bit count that makes the Elias-Fano body shortest (in bytes, as written).
+    let ef_bytes = |l: u32| (m * u64::from(l)).div_ceil(8) + ((max >> l) + m).div_ceil(8);
+    let l = (0..32).min_by_key(|&l| ef_bytes(l)).expect("32 candidates");
+    if packed_bytes <= bitmap_bytes.min(ef_bytes(l)) {
+        out.push(PACKED_MODE + width);
+        put_varint(out, first);
+        let (mut acc, mut have) = (0u64, 0u32);
+        for w in docs.windows(2) {
+            put_bits(
+                out,
+                &mut acc,
+                &mut have,
+                u64::from(w[1] - w[0] - 1),
+                width.into(),
+            );
         }
-    }
-    if have > 0 {
-        out.push(acc as u8);
+        if have > 0 {
+            out.push(acc as u8);
+        }
+    } else if bitmap_bytes <= ef_bytes(l) {
+        out.push(BITMAP_MODE);
+        put_varint(out, first);
+        put_set_bits(out, docs[1..].iter().map(|&d| u64::from(d - first) - 1));
+    } else {
+        out.push(l as u8);
+        put_varint(out, first);
+        let (mut acc, mut have) = (0u64, 0u32);
+        let low_mask = (1u64 << l) - 1;
+        for &d in &docs[1..] {
+            put_bits(out, &mut acc, &mut have, u64::from(d - first) & low_mask, l);
+        }
+        if have > 0 {
+            out.push(acc as u8);
+        }
+        put_set_bits(
+            out,
+            docs[1..]
+                .iter()
+                .enumerate()
+                .map(|(i, &d)| (u64::from(d - first) >> l) + i as u64),
+        );
     }
     let crc = block_crc(key, index, &out[body..]);
     out[crc_at..body].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// Calls `f(position)` for the first `count` set bits of `b` (LSB first); returns
+/// the bytes up to and including the one holding the last of them.
+fn set_bits(b: &[u8], count: usize, mut f: impl FnMut(u64)) -> Result<usize, BlockFault> {
+    if count == 0 {
+        return Ok(0);
+    }
+    let mut seen = 0;
+    for (i, &byte) in b.iter().enumerate() {
+        let mut w = byte;
+        while w != 0 {
+            f(i as u64 * 8 + u64::from(w.trailing_zeros()));
+            seen += 1;
+            if seen == count {
+                return Ok(i + 1);
+            }
+            w &= w - 1;
+        }
+    }
+    Err(BlockFault::Truncated)
 }
 
 /// Decodes the block of `n` docs at the start of `b` into `out` (cleared first);
@@ -122,55 +222,106 @@ pub(crate) fn decode_block(
 ) -> Result<usize, BlockFault> {
     debug_assert!((1..=BLOCK_POSTINGS).contains(&n), "block size out of range");
     out.clear();
-    if b.len() < 5 {
+    if b.len() < BLOCK_HEAD_BYTES {
         return Err(BlockFault::Truncated);
     }
     let expected = u32::from_le_bytes(b[0..4].try_into().expect("4 bytes"));
-    let width = b[4];
-    if width > 32 {
-        return Err(BlockFault::BadWidth(width));
+    let mode = b[4];
+    if mode > PACKED_MODE + 32 && mode != BITMAP_MODE {
+        return Err(BlockFault::BadMode(mode));
     }
-    let (first, used) = get_varint(&b[5..]).ok_or(if b.len() < 5 + VARINT_BYTES_MAX {
+    let head = &b[BLOCK_HEAD_BYTES..];
+    let (first, used) = get_varint(head).ok_or(if head.len() < VARINT_BYTES_MAX {
         BlockFault::Truncated
     } else {
         BlockFault::BadVarint
     })?;
-    let packed_bits = u64::from(n - 1) * u64::from(width);
-    let packed = packed_bits.div_ceil(8) as usize;
-    let end = 5 + used + packed;
-    if b.len() < end {
-        return Err(BlockFault::Truncated);
-    }
-    let got = block_crc(key, index, &b[4..end]);
-    if got != expected {
-        return Err(BlockFault::Checksum { expected, got });
-    }
+    let m = (n - 1) as usize;
+    let body = BLOCK_HEAD_BYTES + used;
     out.reserve(n as usize);
     out.push(first);
-    let bits = &b[5 + used..end];
-    let mask: u64 = if width == 32 {
-        u64::from(u32::MAX)
-    } else {
-        (1u64 << width) - 1
-    };
-    let mut doc = first;
-    let mut acc: u64 = 0;
-    let mut have: u32 = 0;
-    let mut next = 0;
-    for _ in 1..n {
-        while have < u32::from(width) {
-            acc |= u64::from(bits[next]) << have;
-            next += 1;
-            have += 8;
+    // Offsets from `first`, as u64 so that damaged input cannot wrap.
+    let push = |u: u64, out: &mut Vec<u32>| -> Result<(), BlockFault> {
+        let d = u64::from(first) + u;
+        let d = u32::try_from(d).map_err(|_| BlockFault::Overflow)?;
+        if d <= *out.last().expect("first is pushed") {
+            return Err(BlockFault::NotAscending);
         }
-        let gap = (acc & mask) as u32;
-        acc >>= width;
-        have -= u32::from(width);
-        doc = doc
-            .checked_add(gap)
-            .and_then(|d| d.checked_add(1))
-            .ok_or(BlockFault::Overflow)?;
-        out.push(doc);
+        out.push(d);
+        Ok(())
+    };
+    // A fault in the values is reported after the checksum: damage reads as damage.
+    let mut fault = None;
+    let end = if (PACKED_MODE..=PACKED_MODE + 32).contains(&mode) {
+        let width = u32::from(mode - PACKED_MODE);
+        let len = (m as u64 * u64::from(width)).div_ceil(8) as usize;
+        let Some(bits) = b.get(body..body + len) else {
+            return Err(BlockFault::Truncated);
+        };
+        let mask = (1u64 << width) - 1;
+        let (mut acc, mut have, mut next) = (0u64, 0u32, 0usize);
+        let mut u = 0u64;
+        for _ in 0..m {
+            while have < width {
+                acc |= u64::from(bits[next]) << have;
+                next += 1;
+                have += 8;
+            }
+            u += (acc & mask) + 1;
+            acc >>= width;
+            have -= width;
+            if fault.is_none() {
+                fault = push(u, out).err();
+            }
+        }
+        body + len
+    } else if mode == BITMAP_MODE {
+        let len = set_bits(&b[body..], m, |p| {
+            if fault.is_none() {
+                fault = push(p + 1, out).err();
+            }
+        })?;
+        body + len
+    } else {
+        let l = u32::from(mode);
+        let low_len = (m as u64 * u64::from(l)).div_ceil(8) as usize;
+        let Some(low) = b.get(body..body + low_len) else {
+            return Err(BlockFault::Truncated);
+        };
+        let high_at = body + low_len;
+        let (mut acc, mut have, mut next) = (0u64, 0u32, 0usize);
+        let low_mask = (1u64 << l) - 1;
+        let mut i = 0u64;
+        let len = set_bits(&b[high_at..], m, |p| {
+            while have < l {
+                acc |= u64::from(low[next]) << have;
+                next += 1;
+                have += 8;
+            }
+            let lo = acc & low_mask;
+            acc >>= l;
+            have -= l;
+            // p = high + i, and p >= i because positions ascend by at least one.
+            let high = p - i;
+            i += 1;
+            if fault.is_none() {
+                fault = if high > u64::from(u32::MAX) {
+                    Some(BlockFault::Overflow)
+                } else {
+                    push((high << l) | lo, out).err()
+                };
+            }
+        })?;
+        high_at + len
+    };
+    let got = block_crc(key, index, &b[4..end]);
+    if got != expected {
+        out.clear();
+        return Err(BlockFault::Checksum { expected, got });
+    }
+    if let Some(f) = fault {
+        out.clear();
+        return Err(f);
     }
     Ok(end)
 }
@@ -225,6 +376,80 @@ mod tests {
                 decode_block(&b[1..], 42, 4, docs.len() as u32, &mut out).is_err(),
                 "index is bound"
             );
+        }
+    }
+
+    #[test]
+    fn dense_blocks_are_bitmaps_sparse_ones_elias_fano() {
+        let mode = |docs: &[u32]| {
+            let mut b = Vec::new();
+            encode_block(&mut b, 9, 0, docs);
+            (b[4], b.len())
+        };
+        let run: Vec<u32> = (100..228).collect();
+        assert_eq!(
+            mode(&run),
+            (PACKED_MODE, 4 + 1 + 1),
+            "consecutive rows cost nothing"
+        );
+        // Dense, gaps 1 and 2 and one of 5: packing pays 3 bits per gap, a bitmap about 1.5.
+        let dense: Vec<u32> = (0..128u32)
+            .scan(0, |d, i| {
+                *d += if i == 64 { 5 } else { 1 + i % 2 };
+                Some(*d)
+            })
+            .collect();
+        assert_eq!(mode(&dense).0, BITMAP_MODE);
+        let even: Vec<u32> = (0..128).map(|i| 1000 * i).collect();
+        assert_eq!(
+            mode(&even),
+            (PACKED_MODE + 10, 4 + 1 + 1 + 127 * 10 / 8 + 1)
+        );
+        // Uneven gaps: mostly 1..=8, one of 4000. Packing pays 12 bits for every gap.
+        let uneven: Vec<u32> = (0..128u32)
+            .scan(0, |d, i| {
+                *d += if i == 64 { 4000 } else { 1 + i % 8 };
+                Some(*d)
+            })
+            .collect();
+        let (m, len) = mode(&uneven);
+        assert!(m < 32, "uneven gaps use Elias-Fano, mode {m:#x}");
+        // About 7 bits per doc (the one long gap widens the range), against 12.
+        assert!(len < 4 + 1 + 2 + 127 * 7 / 8 + 8, "{len} bytes");
+    }
+
+    #[test]
+    fn damaged_blocks_are_errors_never_other_docs() {
+        let mut rng = Rng::from_env("damaged_blocks");
+        for _ in 0..300 {
+            let n = 1 + rng.below(BLOCK_POSTINGS as usize);
+            let spread = [1u64, 3, 40, 5000][rng.below(4)];
+            let mut docs = Vec::with_capacity(n);
+            let mut d = rng.below(100) as u64;
+            for _ in 0..n {
+                docs.push(d as u32);
+                d += 1 + rng.next_u64() % spread;
+            }
+            let mut b = Vec::new();
+            encode_block(&mut b, 5, 1, &docs);
+            let mut out = Vec::new();
+            let n = docs.len() as u32;
+            for cut in 0..b.len() {
+                assert!(
+                    decode_block(&b[..cut], 5, 1, n, &mut out).is_err(),
+                    "cut {cut}"
+                );
+            }
+            for bit in 0..b.len() * 8 {
+                let mut bad = b.clone();
+                bad[bit / 8] ^= 1 << (bit % 8);
+                match decode_block(&bad, 5, 1, n, &mut out) {
+                    Err(_) => {}
+                    // A flip in padding past the last set bit changes where the block ends
+                    // only if it adds a set bit there, which the checksum then rejects.
+                    Ok(_) => panic!("flipped bit {bit} of {} decoded as {out:?}", b.len()),
+                }
+            }
         }
     }
 

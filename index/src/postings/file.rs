@@ -33,7 +33,7 @@ use crate::tables::UNICODE_VERSION;
 /// Magic bytes at offset 0 of every postings file.
 pub const POSTINGS_MAGIC: [u8; 8] = *b"LBPOSTNG";
 /// The postings format version this build writes and reads.
-pub const POSTINGS_FORMAT_VERSION: u32 = 1;
+pub const POSTINGS_FORMAT_VERSION: u32 = 2;
 /// Header length in bytes.
 const HEADER_BYTES: usize = 64;
 /// Directory entry length in bytes.
