@@ -70,7 +70,8 @@ pub use fixed::{
 pub use fold::{fold_char, fold_into, is_word_char};
 pub use matcher::Matcher;
 pub use postings::{
-    PostingsBuilder, PostingsFile, BLOCK_POSTINGS, POSTINGS_FORMAT_VERSION, POSTINGS_MAGIC,
+    PostingsBatch, PostingsBuilder, PostingsFile, BLOCK_POSTINGS, POSTINGS_FORMAT_VERSION,
+    POSTINGS_MAGIC,
 };
 pub use tables::UNICODE_VERSION;
 pub use trigram::for_each_trigram;

@@ -14,7 +14,7 @@ mod builder;
 mod codec;
 mod file;
 
-pub use builder::PostingsBuilder;
+pub use builder::{PostingsBatch, PostingsBuilder};
 pub use codec::BLOCK_POSTINGS;
 pub use file::{PostingsFile, POSTINGS_FORMAT_VERSION, POSTINGS_MAGIC};
 

@@ -24,7 +24,7 @@ use crate::error::EngineError;
 use crate::event::{rows_of, Event};
 use crate::progress::ProgressUnit;
 use crate::session::{Inner, Session};
-use logbook_index::{fold_into, PostingsBuilder, PostingsFile};
+use logbook_index::{fold_into, PostingsBatch, PostingsBuilder, PostingsFile};
 use logbook_log::Location;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -105,13 +105,13 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// Adds row `row` (ordinal) to `builder` as doc `doc`.
+    /// Adds row `row` (ordinal) to `batch` as doc `doc`.
     fn add_row(
         &mut self,
         inner: &Inner,
         row: u64,
         doc: u32,
-        builder: &mut PostingsBuilder,
+        batch: &mut PostingsBatch<'_>,
     ) -> Result<(), EngineError> {
         let entry = row_entry(self.session, inner, row)?;
         if self.event.is_none() || self.sequence != entry.sequence {
@@ -130,7 +130,7 @@ impl<'a> Reader<'a> {
             )
         })?;
         add_fields(
-            builder,
+            batch,
             doc,
             src.fields.iter().map(|(n, t)| (*n, *t)),
             &mut self.fold,
@@ -153,7 +153,7 @@ pub(crate) struct FoldBuf {
 
 /// Adds the searchable fields of one row; at least one `add` per row so every row is a doc.
 fn add_fields<'t>(
-    builder: &mut PostingsBuilder,
+    batch: &mut PostingsBatch<'_>,
     doc: u32,
     fields: impl Iterator<Item = (&'static str, &'t str)>,
     fold: &mut FoldBuf,
@@ -169,11 +169,11 @@ fn add_fields<'t>(
         fold.bytes.push(FIELD_EDGE);
         fold.bytes.extend_from_slice(fold.text.as_bytes());
         fold.bytes.push(FIELD_EDGE);
-        builder.add(doc, &fold.bytes);
+        batch.add(doc, &fold.bytes);
         added = true;
     }
     if !added {
-        builder.add(doc, b"");
+        batch.add(doc, b"");
     }
 }
 
@@ -311,15 +311,22 @@ impl SearchIndex {
             ProgressUnit::Rows,
         );
         while tail.covered < total {
-            let row = tail.covered;
-            task.advance(row - from);
-            let seg = segment_of_row(session, inner, row)?;
+            let seg = segment_of_row(session, inner, tail.covered)?;
             if seg > tail.segment {
                 self.roll(tail, seg);
             }
-            let doc = doc_of(row, tail.first_row)?;
-            reader.add_row(inner, row, doc, &mut tail.builder)?;
-            tail.covered += 1;
+            // The rows of this segment, in one batch.
+            let mut batch = tail.builder.batch();
+            while tail.covered < total {
+                let row = tail.covered;
+                if segment_of_row(session, inner, row)? != tail.segment {
+                    break;
+                }
+                task.advance(row - from);
+                let doc = doc_of(row, tail.first_row)?;
+                reader.add_row(inner, row, doc, &mut batch)?;
+                tail.covered += 1;
+            }
         }
         Ok(())
     }
@@ -366,28 +373,41 @@ impl SearchIndex {
         let r = match guard.as_mut() {
             Some(t) if t.covered == first_row => {
                 let mut fold = FoldBuf::default();
-                let mut row = first_row;
                 let mut r = Ok(());
-                for (event, loc) in events.iter().zip(locs) {
-                    for src in rows_of(event) {
-                        if loc.segment > t.segment {
-                            self.roll(t, loc.segment);
+                let mut at = 0;
+                // Runs of events in one log segment, each in one batch.
+                'runs: while at < events.len() {
+                    let segment = locs[at].segment;
+                    let run = locs[at..events.len()]
+                        .iter()
+                        .take_while(|l| l.segment == segment)
+                        .count();
+                    let rows: Vec<_> = events[at..at + run]
+                        .iter()
+                        .flat_map(|e| rows_of(e))
+                        .collect();
+                    if !rows.is_empty() {
+                        if segment > t.segment {
+                            self.roll(t, segment);
                         }
-                        match doc_of(row, t.first_row) {
-                            Ok(doc) => add_fields(
-                                &mut t.builder,
-                                doc,
-                                src.fields.iter().map(|(n, s)| (*n, *s)),
-                                &mut fold,
-                            ),
-                            Err(e) => {
-                                r = Err(e);
-                                break;
+                        let mut batch = t.builder.batch();
+                        for src in rows {
+                            match doc_of(t.covered, t.first_row) {
+                                Ok(doc) => add_fields(
+                                    &mut batch,
+                                    doc,
+                                    src.fields.iter().map(|(n, s)| (*n, *s)),
+                                    &mut fold,
+                                ),
+                                Err(e) => {
+                                    r = Err(e);
+                                    break 'runs;
+                                }
                             }
+                            t.covered += 1;
                         }
-                        row += 1;
-                        t.covered = row;
                     }
+                    at += run;
                 }
                 r
             }
@@ -446,10 +466,12 @@ impl SearchIndex {
                     rows,
                     ProgressUnit::Rows,
                 );
+                let mut batch = builder.batch();
                 for row in first_row..end_row {
                     task.advance(row - first_row);
-                    reader.add_row(inner, row, doc_of(row, first_row)?, &mut builder)?;
+                    reader.add_row(inner, row, doc_of(row, first_row)?, &mut batch)?;
                 }
+                drop(batch);
                 self.persist(segment, first_row, builder)
             }
         };

@@ -35,9 +35,9 @@ type TrigramMap<V> = HashMap<u32, V, BuildHasherDefault<TrigramHasher>>;
 const SEEN_BITS: usize = 1 << 24;
 
 thread_local! {
-    /// Deduplicates the trigrams of one `add` call without a map lookup per byte
+    /// Deduplicates the trigrams of one text without a map lookup per byte
     /// (2 MiB per thread, always left all-zero between calls).
-    static SEEN: RefCell<(Vec<u64>, Vec<u32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+    static SEEN: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
 }
 
 /// One doc list: gaps as varints (first doc, then doc - previous - 1).
@@ -122,11 +122,83 @@ impl DocCursor for ListCursor<'_> {
 
 /// Row-level postings kept in memory for the unsealed tail. Doc ids are `u32`,
 /// added in increasing order (one doc may be added several times, once per field).
+///
+/// Texts are added through a [`PostingsBatch`] (or one at a time with [`add`](Self::add)):
+/// a batch collects (trigram, doc) pairs in a flat buffer and files them into the
+/// lists when it is dropped (or when the buffer fills), sorted by trigram, so each
+/// list is looked up once per batch instead of once per pair. Outside a batch every
+/// pair is in its list.
 #[derive(Debug, Default)]
 pub struct PostingsBuilder {
     lists: TrigramMap<List>,
     all_docs: List,
     pairs: u64,
+    /// Pairs of the open batch, `trigram << 32 | doc`, docs ascending; empty outside one.
+    pending: Vec<u64>,
+    /// Scratch of the radix sort (kept for its capacity).
+    scratch: Vec<u64>,
+}
+
+/// Pairs a batch collects before it files them (2 MiB of pairs, plus as much scratch).
+pub(crate) const BATCH_PAIRS_MAX: usize = 1 << 18;
+
+/// Texts being added to a [`PostingsBuilder`]; their trigrams are in the builder's lists
+/// once the batch is dropped.
+#[derive(Debug)]
+pub struct PostingsBatch<'a> {
+    builder: &'a mut PostingsBuilder,
+}
+
+impl PostingsBatch<'_> {
+    /// Adds the trigrams of `folded_text` (already folded) to `doc`.
+    ///
+    /// # Panics
+    /// When `doc` is smaller than a doc added before (a caller bug).
+    pub fn add(&mut self, doc: u32, folded_text: &[u8]) {
+        self.builder.stage(doc, folded_text);
+        if self.builder.pending.len() >= BATCH_PAIRS_MAX {
+            self.builder.file_pending();
+        }
+    }
+}
+
+impl Drop for PostingsBatch<'_> {
+    fn drop(&mut self) {
+        self.builder.file_pending();
+    }
+}
+
+/// Sorts `pairs` stably by trigram (bits 32..56), two 12-bit digits, using `scratch`.
+fn radix_sort_by_trigram(pairs: &mut [u64], scratch: &mut Vec<u64>) {
+    const DIGIT: u32 = 12;
+    const BUCKETS: usize = 1 << DIGIT;
+    scratch.clear();
+    scratch.resize(pairs.len(), 0);
+    let mut at = vec![0usize; BUCKETS];
+    for pass in 0..2 {
+        let shift = 32 + pass * DIGIT;
+        let digit = |p: u64| ((p >> shift) as usize) & (BUCKETS - 1);
+        let (from, to): (&[u64], &mut [u64]) = if pass == 0 {
+            (pairs, scratch)
+        } else {
+            (scratch, pairs)
+        };
+        at.fill(0);
+        for &p in from {
+            at[digit(p)] += 1;
+        }
+        let mut sum = 0;
+        for c in at.iter_mut() {
+            let n = *c;
+            *c = sum;
+            sum += n;
+        }
+        for &p in from {
+            let d = digit(p);
+            to[at[d]] = p;
+            at[d] += 1;
+        }
+    }
 }
 
 impl PostingsBuilder {
@@ -135,39 +207,65 @@ impl PostingsBuilder {
         Self::default()
     }
 
-    /// Adds the trigrams of `folded_text` (already folded) to `doc`.
+    /// Adds the trigrams of `folded_text` (already folded) to `doc`: a batch of one text.
+    /// Use [`batch`](Self::batch) to add many.
     ///
     /// # Panics
     /// When `doc` is smaller than a doc added before (a caller bug).
     pub fn add(&mut self, doc: u32, folded_text: &[u8]) {
+        self.batch().add(doc, folded_text);
+    }
+
+    /// A batch of texts to add; they are in the lists when it is dropped.
+    pub fn batch(&mut self) -> PostingsBatch<'_> {
+        PostingsBatch { builder: self }
+    }
+
+    /// Records `doc` and the distinct trigrams of `folded_text` as pending pairs.
+    fn stage(&mut self, doc: u32, folded_text: &[u8]) {
         assert!(
             self.all_docs.count == 0 || doc >= self.all_docs.last,
             "PostingsBuilder::add: doc {doc} after doc {}: docs must be added in increasing order",
             self.all_docs.last
         );
         self.all_docs.push(doc);
+        let pending = &mut self.pending;
         SEEN.with(|cell| {
-            let mut guard = cell.borrow_mut();
-            let (seen, fresh) = &mut *guard;
+            let mut seen = cell.borrow_mut();
             if seen.is_empty() {
                 seen.resize(SEEN_BITS / 64, 0);
             }
-            fresh.clear();
+            let start = pending.len();
             for_each_trigram(folded_text, |t| {
                 let (w, bit) = ((t >> 6) as usize, 1u64 << (t & 63));
                 if seen[w] & bit == 0 {
                     seen[w] |= bit;
-                    fresh.push(t);
+                    pending.push(u64::from(t) << 32 | u64::from(doc));
                 }
             });
-            for &t in fresh.iter() {
-                seen[(t >> 6) as usize] = 0;
-                let list = self.lists.entry(t).or_default();
-                let before = list.count;
-                list.push(doc);
-                self.pairs += u64::from(list.count - before);
+            for &p in &pending[start..] {
+                seen[(p >> 38) as usize] = 0;
             }
         });
+    }
+
+    /// Files the pending pairs into their lists, one list lookup per distinct trigram.
+    fn file_pending(&mut self) {
+        if self.pending.is_empty() {
+            return;
+        }
+        radix_sort_by_trigram(&mut self.pending, &mut self.scratch);
+        let mut pairs = 0u64;
+        for run in self.pending.chunk_by(|a, b| a >> 32 == b >> 32) {
+            let list = self.lists.entry((run[0] >> 32) as u32).or_default();
+            let before = list.count;
+            for &p in run {
+                list.push(p as u32);
+            }
+            pairs += u64::from(list.count - before);
+        }
+        self.pairs += pairs;
+        self.pending.clear();
     }
 
     /// Number of distinct docs added.
@@ -192,6 +290,7 @@ impl PostingsBuilder {
             .map(|l| l.bytes.capacity() + std::mem::size_of::<(u32, List)>())
             .sum::<usize>()
             + self.all_docs.bytes.capacity()
+            + (self.pending.capacity() + self.scratch.capacity()) * 8
     }
 
     /// Docs `>= from_doc` holding ALL `trigrams`, ascending, at most `limit`.

@@ -109,15 +109,14 @@ fn put_bits(out: &mut Vec<u8>, acc: &mut u64, have: &mut u32, v: u64, bits: u32)
     }
 }
 
-/// Appends a byte-padded bit stream with the given positions set (ascending).
-fn put_set_bits(out: &mut Vec<u8>, positions: impl Iterator<Item = u64>) {
+/// Appends a bit stream with the given positions set (ascending, the last one `last`),
+/// ending with the byte that holds `last`.
+fn put_set_bits(out: &mut Vec<u8>, last: u64, positions: impl Iterator<Item = u64>) {
     let start = out.len();
+    out.resize(start + (last / 8) as usize + 1, 0);
+    let bits = &mut out[start..];
     for p in positions {
-        let byte = start + (p / 8) as usize;
-        if out.len() <= byte {
-            out.resize(byte + 1, 0);
-        }
-        out[byte] |= 1 << (p % 8);
+        bits[(p / 8) as usize] |= 1 << (p % 8);
     }
 }
 
@@ -144,9 +143,16 @@ pub(crate) fn encode_block(out: &mut Vec<u8>, key: u32, index: u32, docs: &[u32]
         .unwrap_or(0);
     let packed_bytes = (m * u64::from(width)).div_ceil(8);
     let bitmap_bytes = max.div_ceil(8);
-    // The low-bit count that makes the Elias-Fano body shortest (in bytes, as written).
+    // The low-bit count that makes the Elias-Fano body shortest (in bytes, as written):
+    // within one of floor(log2(max / m)), the optimum of the unpadded size.
     let ef_bytes = |l: u32| (m * u64::from(l)).div_ceil(8) + ((max >> l) + m).div_ceil(8);
-    let l = (0..32).min_by_key(|&l| ef_bytes(l)).expect("32 candidates");
+    let l0 = match max.checked_div(m) {
+        Some(q) if q > 0 => 63 - q.leading_zeros(),
+        _ => 0,
+    };
+    let l = (l0.saturating_sub(1)..=(l0 + 1).min(31))
+        .min_by_key(|&l| ef_bytes(l))
+        .expect("a candidate");
     if packed_bytes <= bitmap_bytes.min(ef_bytes(l)) {
         out.push(PACKED_MODE + width);
         put_varint(out, first);
@@ -166,7 +172,11 @@ pub(crate) fn encode_block(out: &mut Vec<u8>, key: u32, index: u32, docs: &[u32]
     } else if bitmap_bytes <= ef_bytes(l) {
         out.push(BITMAP_MODE);
         put_varint(out, first);
-        put_set_bits(out, docs[1..].iter().map(|&d| u64::from(d - first) - 1));
+        put_set_bits(
+            out,
+            max - 1,
+            docs[1..].iter().map(|&d| u64::from(d - first) - 1),
+        );
     } else {
         out.push(l as u8);
         put_varint(out, first);
@@ -180,6 +190,7 @@ pub(crate) fn encode_block(out: &mut Vec<u8>, key: u32, index: u32, docs: &[u32]
         }
         put_set_bits(
             out,
+            (max >> l) + m - 1,
             docs[1..]
                 .iter()
                 .enumerate()

@@ -1,3 +1,4 @@
+use super::builder::BATCH_PAIRS_MAX;
 use super::*;
 use crate::error::ErrorKind;
 use crate::testrng::Rng;
@@ -333,4 +334,45 @@ fn builder_refuses_decreasing_docs() {
     let mut b = PostingsBuilder::new();
     b.add(5, b"abc");
     b.add(4, b"abc");
+}
+
+#[test]
+fn batches_file_the_same_lists_as_single_adds() {
+    let mut rng = Rng::from_env("batches");
+    // Enough pairs that a batch files its buffer part way, several times.
+    let mut texts = Vec::new();
+    let mut doc = 0u32;
+    while texts.len() < 3000 {
+        let len = rng.below(600);
+        let text: Vec<u8> = (0..len)
+            .map(|_| b"abcdefghijklmnopqrstuvwxyz \xff"[rng.below(28)])
+            .collect();
+        texts.push((doc, text));
+        doc += [0, 1, 1, 2, 40][rng.below(5)] as u32;
+    }
+    let mut one_by_one = PostingsBuilder::new();
+    for (d, t) in &texts {
+        one_by_one.add(*d, t);
+    }
+    let mut batched = PostingsBuilder::new();
+    {
+        let mut batch = batched.batch();
+        for (d, t) in &texts[..2000] {
+            batch.add(*d, t);
+        }
+    }
+    assert!(
+        batched.pair_count() > 2 * BATCH_PAIRS_MAX as u64,
+        "the test must cross the buffer limit: {} pairs",
+        batched.pair_count()
+    );
+    let mut batch = batched.batch();
+    for (d, t) in &texts[2000..] {
+        batch.add(*d, t);
+    }
+    drop(batch);
+    assert_eq!(batched.pair_count(), one_by_one.pair_count());
+    assert_eq!(batched.doc_count(), one_by_one.doc_count());
+    assert_eq!(batched.trigram_count(), one_by_one.trigram_count());
+    assert_eq!(batched.to_bytes().unwrap(), one_by_one.to_bytes().unwrap());
 }
