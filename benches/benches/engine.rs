@@ -384,6 +384,20 @@ fn bench_corpus(c: &mut Criterion, fx: &Fixture) {
                             })
                             .expect("append");
                         }
+                        if name == "nosync_indexed" {
+                            // Indexing runs on the index's worker thread: count the time
+                            // until a search can use every row (a search waits for it).
+                            root.search(SearchParams {
+                                session_id: "s".into(),
+                                query: "qzxvjpeer".into(),
+                                through: None,
+                                after: None,
+                                limit: Some(1),
+                                case_sensitive: None,
+                                whole_word: None,
+                            })
+                            .expect("search");
+                        }
                         (tmp, root)
                     },
                 )

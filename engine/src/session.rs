@@ -907,7 +907,7 @@ impl Session {
         });
         let locs = self.log.append(&batch)?;
         drop(batch);
-        let first_row;
+        let (first_row, end_row);
         {
             let mut inner = self.write();
             first_row = inner.row_count();
@@ -915,10 +915,13 @@ impl Session {
                 inner.index_event(first + i as u64, locs[i], &p.event);
             }
             inner.index_receipt(locs[n], m.operation);
+            end_row = inner.row_count();
         }
+        let sizes: Vec<usize> = events.iter().map(|p| p.payload().len()).collect();
+        let events: Vec<Arc<Event>> = events.into_iter().map(|p| Arc::new(p.event)).collect();
         if !self.search_on_search.load(Ordering::Acquire) {
-            let appended: Vec<&Event> = events.iter().map(|p| &p.event).collect();
-            self.search.appended(self, first_row, &appended, &locs);
+            self.search
+                .appended(self, first_row, end_row, events.clone(), &locs);
         }
         if let Some(map) = map.as_mut() {
             map.entry(records::operation_hash(m.operation))
@@ -928,9 +931,8 @@ impl Session {
         drop(map);
         {
             let mut cache = lock_cache(&self.cache);
-            for (i, p) in events.into_iter().enumerate() {
-                let size = p.payload().len();
-                cache.insert(first + i as u64, Arc::new(p.event), size);
+            for (i, (event, size)) in events.into_iter().zip(sizes).enumerate() {
+                cache.insert(first + i as u64, event, size);
             }
         }
         self.dirty.store(true, Ordering::Release);

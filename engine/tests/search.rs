@@ -894,3 +894,62 @@ fn searches_during_appends_see_exactly_their_fence() {
     }
     println!("{} concurrent searches checked", seen.len());
 }
+
+#[test]
+fn a_search_sees_every_append_made_before_it() {
+    // Appends are indexed by a worker thread; a search must still find the rows of every
+    // append that returned before it, also across segment rolls (small segments here).
+    let dir = tempfile::tempdir().unwrap();
+    Root::init(dir.path()).unwrap();
+    let root = Root::open_with(dir.path(), options(4096)).unwrap();
+    let sid = common::create(&root, "s");
+    let mut rng = Rng(7);
+    let mut rows = 0u64;
+    for a in 0..120 {
+        let events: Vec<String> = (0..1 + a % 7)
+            .map(|e| {
+                serde_json::json!({"kind": "userMessage", "invocation": format!("i{a}-{e}"),
+                    "text": format!("needle tok{a}x{e}z and some words to fill the row {}", "w".repeat(a * 13 % 200)),
+                    "attachments": []})
+                .to_string()
+            })
+            .collect();
+        common::append(
+            &root,
+            &sid,
+            &format!("op{a}"),
+            &format!("[{}]", events.join(",")),
+        )
+        .unwrap();
+        rows += events.len() as u64;
+        for e in 0..events.len() {
+            let (_, hits, _) = engine_hits(
+                &root,
+                &sid,
+                None,
+                &format!("tok{a}x{e}z"),
+                true,
+                false,
+                &mut rng,
+            );
+            assert_eq!(hits.len(), 1, "append {a} event {e}");
+        }
+        if a % 10 == 0 {
+            let (_, hits, _) = engine_hits(&root, &sid, None, "needle", true, false, &mut rng);
+            assert_eq!(hits.len() as u64, rows, "after append {a}");
+        }
+    }
+    let files = postings_files(&dir.path().join("sessions/s/search"));
+    assert!(
+        files.len() > 3,
+        "segments rolled: {} postings files",
+        files.len()
+    );
+    drop(root);
+    // The worker's files are whole: after reopening, the same answers.
+    let root = Root::open_with(dir.path(), options(4096)).unwrap();
+    let (_, hits, _) = engine_hits(&root, &sid, None, "needle", true, false, &mut rng);
+    assert_eq!(hits.len() as u64, rows);
+    let (_, hits, _) = engine_hits(&root, &sid, None, "tok76x3z", true, false, &mut rng);
+    assert_eq!(hits.len(), 1);
+}

@@ -26,9 +26,9 @@ use crate::progress::ProgressUnit;
 use crate::session::{Inner, Session};
 use logbook_index::{fold_into, PostingsBatch, PostingsBuilder, PostingsFile};
 use logbook_log::Location;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
+use std::sync::{Arc, Condvar, Mutex, RwLock, RwLockReadGuard};
 
 /// Directory (inside the Session directory) of the postings files.
 pub const SEARCH_DIR: &str = "search";
@@ -81,11 +81,55 @@ pub(crate) struct Tail {
     pub builder: PostingsBuilder,
 }
 
+/// The search index of one Session. Appends hand their rows to a worker thread (started on
+/// the first append), which indexes them while the appender goes on; a search first waits
+/// for the worker to finish what is queued, so it always sees every row appended before it.
 pub(crate) struct SearchIndex {
+    shared: Arc<Shared>,
+    worker: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// What the worker and the Session share.
+pub(crate) struct Shared {
     dir: PathBuf,
     tail: RwLock<Option<Tail>>,
     sealed: Mutex<HashMap<u64, Arc<Sealed>>>,
+    queue: Mutex<Queue>,
+    /// Signalled whenever `queue` changes.
+    changed: Condvar,
 }
+
+impl std::ops::Deref for SearchIndex {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        &self.shared
+    }
+}
+
+/// Appended rows waiting for the worker.
+#[derive(Default)]
+struct Queue {
+    jobs: VecDeque<Job>,
+    /// The worker is indexing a job it took from `jobs`.
+    busy: bool,
+    /// The index is being dropped: the worker finishes `jobs`, then stops.
+    closed: bool,
+    /// The row the next job must start at to go to the worker: the end of the last job
+    /// queued, or of the tail when nothing is queued. `None` sends appends down the
+    /// synchronous path (which loads or catches up the tail from the log).
+    next_row: Option<u64>,
+}
+
+/// One append's rows `[first_row, end_row)`, its events and their Locations.
+struct Job {
+    first_row: u64,
+    end_row: u64,
+    events: Vec<Arc<Event>>,
+    locs: Vec<Location>,
+}
+
+/// Appends queued for the worker before the next one waits (backpressure on bulk imports).
+const QUEUE_JOBS_MAX: usize = 4;
 
 /// Reads events for index building, remembering the last one (a completion has many rows).
 struct Reader<'a> {
@@ -225,22 +269,15 @@ fn doc_of(row: u64, first_row: u64) -> Result<u32, EngineError> {
 impl SearchIndex {
     pub(crate) fn new(session_dir: &Path) -> Self {
         SearchIndex {
-            dir: session_dir.join(SEARCH_DIR),
-            tail: RwLock::new(None),
-            sealed: Mutex::new(HashMap::new()),
+            shared: Arc::new(Shared {
+                dir: session_dir.join(SEARCH_DIR),
+                tail: RwLock::new(None),
+                sealed: Mutex::new(HashMap::new()),
+                queue: Mutex::new(Queue::default()),
+                changed: Condvar::new(),
+            }),
+            worker: Mutex::new(None),
         }
-    }
-
-    /// Path of the postings file of `segment`, whose first row is `first_row`: the name binds
-    /// both, so a file can only ever be taken for the segment and rows it was built from.
-    pub(crate) fn file_path(&self, segment: u64, first_row: u64) -> PathBuf {
-        self.dir.join(format!(
-            "seg-{segment:016x}-row-{first_row:016x}.v{SEARCH_LAYOUT_VERSION}.post"
-        ))
-    }
-
-    fn sealed_map(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Sealed>>> {
-        self.sealed.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The tail, loaded and caught up with every row `inner` held at some instant during the
@@ -249,6 +286,8 @@ impl SearchIndex {
         &self,
         session: &Session,
     ) -> Result<RwLockReadGuard<'_, Option<Tail>>, EngineError> {
+        // Rows handed to the worker first (the caller holds no lock the worker takes).
+        self.wait_idle();
         {
             let guard = self.tail.read().unwrap_or_else(|p| p.into_inner());
             let rows = session.read().row_count();
@@ -331,86 +370,42 @@ impl SearchIndex {
         Ok(())
     }
 
-    /// The tail's segment is finished: write its postings and start `segment`'s.
-    fn roll(&self, tail: &mut Tail, segment: u64) {
-        let builder = std::mem::take(&mut tail.builder);
-        if builder.doc_count() > 0 {
-            let sealed = Sealed {
-                first_row: tail.first_row,
-                end_row: tail.covered,
-                postings: self.persist(tail.segment, tail.first_row, builder),
-            };
-            self.sealed_map().insert(tail.segment, Arc::new(sealed));
-        }
-        tail.segment = segment;
-        tail.first_row = tail.covered;
-    }
-
-    /// Writes `builder` as `segment`'s file and maps it; on failure keeps it in memory.
-    fn persist(&self, segment: u64, first_row: u64, builder: PostingsBuilder) -> SealedPostings {
-        let path = self.file_path(segment, first_row);
-        let written = std::fs::create_dir_all(&self.dir)
-            .map_err(|e| EngineError::io(&self.dir, "create directory", e))
-            .and_then(|_| builder.write(&path).map_err(EngineError::from))
-            .and_then(|_| PostingsFile::open(&path).map_err(EngineError::from));
-        match written {
-            Ok(f) => SealedPostings::File(f),
-            // Derived data: serve from memory now, rebuild after the next open.
-            Err(_) => SealedPostings::Memory(builder),
-        }
-    }
-
-    /// Called after an append's events are in the log and in `inner` (rows from `first_row`).
-    /// Never fails the append: on trouble the tail is dropped and rebuilt on next use.
+    /// Called after an append's events are in the log and in `inner` (its rows are
+    /// `[first_row, end_row)`). Queues them for the worker when the tail (with what is
+    /// queued) ends at `first_row`; otherwise indexes synchronously, loading or catching up
+    /// the tail from the log. Never fails the append: on trouble the tail is dropped and
+    /// rebuilt on next use.
     pub(crate) fn appended(
         &self,
         session: &Session,
         first_row: u64,
-        events: &[&Event],
+        end_row: u64,
+        events: Vec<Arc<Event>>,
         locs: &[Location],
     ) {
+        {
+            let mut q = self.queue_lock();
+            while q.next_row == Some(first_row) && q.jobs.len() >= QUEUE_JOBS_MAX {
+                q = self.changed.wait(q).unwrap_or_else(|p| p.into_inner());
+            }
+            if q.next_row == Some(first_row) && !q.closed {
+                q.jobs.push_back(Job {
+                    first_row,
+                    end_row,
+                    events,
+                    locs: locs.to_vec(),
+                });
+                q.next_row = Some(end_row);
+                drop(q);
+                self.changed.notify_all();
+                self.start_worker();
+                return;
+            }
+        }
+        self.wait_idle();
         let mut guard = self.tail.write().unwrap_or_else(|p| p.into_inner());
         let r = match guard.as_mut() {
-            Some(t) if t.covered == first_row => {
-                let mut fold = FoldBuf::default();
-                let mut r = Ok(());
-                let mut at = 0;
-                // Runs of events in one log segment, each in one batch.
-                'runs: while at < events.len() {
-                    let segment = locs[at].segment;
-                    let run = locs[at..events.len()]
-                        .iter()
-                        .take_while(|l| l.segment == segment)
-                        .count();
-                    let rows: Vec<_> = events[at..at + run]
-                        .iter()
-                        .flat_map(|e| rows_of(e))
-                        .collect();
-                    if !rows.is_empty() {
-                        if segment > t.segment {
-                            self.roll(t, segment);
-                        }
-                        let mut batch = t.builder.batch();
-                        for src in rows {
-                            match doc_of(t.covered, t.first_row) {
-                                Ok(doc) => add_fields(
-                                    &mut batch,
-                                    doc,
-                                    src.fields.iter().map(|(n, s)| (*n, *s)),
-                                    &mut fold,
-                                ),
-                                Err(e) => {
-                                    r = Err(e);
-                                    break 'runs;
-                                }
-                            }
-                            t.covered += 1;
-                        }
-                    }
-                    at += run;
-                }
-                r
-            }
+            Some(t) if t.covered == first_row => self.add_events(t, &events, locs),
             Some(t) => {
                 let inner = session.read();
                 self.catch_up(session, &inner, t)
@@ -422,6 +417,28 @@ impl SearchIndex {
         };
         if r.is_err() {
             *guard = None;
+        }
+        let next = guard.as_ref().map(|t| t.covered).filter(|&c| c == end_row);
+        self.queue_lock().next_row = next;
+    }
+
+    fn start_worker(&self) {
+        let mut worker = self.worker.lock().unwrap_or_else(|p| p.into_inner());
+        if worker.is_some() {
+            return;
+        }
+        let shared = Arc::clone(&self.shared);
+        let spawned = std::thread::Builder::new()
+            .name("logbook-search-index".into())
+            .spawn(move || shared.work());
+        match spawned {
+            Ok(h) => *worker = Some(h),
+            // No thread: index the queued jobs here and keep appends synchronous.
+            Err(_) => {
+                drop(worker);
+                while self.shared.work_one() {}
+                self.queue_lock().next_row = None;
+            }
         }
     }
 
@@ -482,6 +499,176 @@ impl SearchIndex {
         });
         map.insert(segment, Arc::clone(&s));
         Ok(s)
+    }
+}
+
+impl Shared {
+    /// Path of the postings file of `segment`, whose first row is `first_row`: the name binds
+    /// both, so a file can only ever be taken for the segment and rows it was built from.
+    pub(crate) fn file_path(&self, segment: u64, first_row: u64) -> PathBuf {
+        self.dir.join(format!(
+            "seg-{segment:016x}-row-{first_row:016x}.v{SEARCH_LAYOUT_VERSION}.post"
+        ))
+    }
+
+    fn sealed_map(&self) -> std::sync::MutexGuard<'_, HashMap<u64, Arc<Sealed>>> {
+        self.sealed.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The tail's segment is finished: write its postings and start `segment`'s.
+    fn roll(&self, tail: &mut Tail, segment: u64) {
+        let builder = std::mem::take(&mut tail.builder);
+        if builder.doc_count() > 0 {
+            let sealed = Sealed {
+                first_row: tail.first_row,
+                end_row: tail.covered,
+                postings: self.persist(tail.segment, tail.first_row, builder),
+            };
+            self.sealed_map().insert(tail.segment, Arc::new(sealed));
+        }
+        tail.segment = segment;
+        tail.first_row = tail.covered;
+    }
+
+    /// Writes `builder` as `segment`'s file and maps it; on failure keeps it in memory.
+    fn persist(&self, segment: u64, first_row: u64, builder: PostingsBuilder) -> SealedPostings {
+        let path = self.file_path(segment, first_row);
+        let written = std::fs::create_dir_all(&self.dir)
+            .map_err(|e| EngineError::io(&self.dir, "create directory", e))
+            .and_then(|_| builder.write(&path).map_err(EngineError::from))
+            .and_then(|_| PostingsFile::open(&path).map_err(EngineError::from));
+        match written {
+            Ok(f) => SealedPostings::File(f),
+            // Derived data: serve from memory now, rebuild after the next open.
+            Err(_) => SealedPostings::Memory(builder),
+        }
+    }
+
+    /// Indexes an append's rows, which start at `t.covered`, from its events.
+    fn add_events(
+        &self,
+        t: &mut Tail,
+        events: &[Arc<Event>],
+        locs: &[Location],
+    ) -> Result<(), EngineError> {
+        let mut fold = FoldBuf::default();
+        let mut r = Ok(());
+        let mut at = 0;
+        // Runs of events in one log segment, each in one batch.
+        'runs: while at < events.len() {
+            let segment = locs[at].segment;
+            let run = locs[at..events.len()]
+                .iter()
+                .take_while(|l| l.segment == segment)
+                .count();
+            let rows: Vec<_> = events[at..at + run]
+                .iter()
+                .flat_map(|e| rows_of(e))
+                .collect();
+            if !rows.is_empty() {
+                if segment > t.segment {
+                    self.roll(t, segment);
+                }
+                let mut batch = t.builder.batch();
+                for src in rows {
+                    match doc_of(t.covered, t.first_row) {
+                        Ok(doc) => add_fields(
+                            &mut batch,
+                            doc,
+                            src.fields.iter().map(|(n, s)| (*n, *s)),
+                            &mut fold,
+                        ),
+                        Err(e) => {
+                            r = Err(e);
+                            break 'runs;
+                        }
+                    }
+                    t.covered += 1;
+                }
+            }
+            at += run;
+        }
+        r
+    }
+
+    fn queue_lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Blocks until the worker has indexed every queued job.
+    pub(crate) fn wait_idle(&self) {
+        let mut q = self.queue_lock();
+        while q.busy || !q.jobs.is_empty() {
+            q = self.changed.wait(q).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// The worker: indexes queued jobs until the index is dropped.
+    fn work(&self) {
+        loop {
+            {
+                let mut q = self.queue_lock();
+                while q.jobs.is_empty() && !q.closed {
+                    q = self.changed.wait(q).unwrap_or_else(|p| p.into_inner());
+                }
+                if q.jobs.is_empty() {
+                    return;
+                }
+            }
+            self.work_one();
+        }
+    }
+
+    /// Indexes the oldest queued job, if any; false when there was none.
+    fn work_one(&self) -> bool {
+        let job = {
+            let mut q = self.queue_lock();
+            let Some(job) = q.jobs.pop_front() else {
+                return false;
+            };
+            q.busy = true;
+            job
+        };
+        let lost = {
+            let mut guard = self.tail.write().unwrap_or_else(|p| p.into_inner());
+            let lost = match guard.as_mut() {
+                // A search caught the tail up from the log past this append already.
+                Some(t) if t.covered >= job.end_row => false,
+                Some(t) if t.covered == job.first_row => {
+                    self.add_events(t, &job.events, &job.locs).is_err()
+                }
+                _ => true,
+            };
+            if lost {
+                *guard = None;
+            }
+            lost
+        };
+        let mut q = self.queue_lock();
+        if lost {
+            // The next append takes the synchronous path, which rebuilds from the log.
+            q.next_row = None;
+        }
+        q.busy = false;
+        drop(q);
+        self.changed.notify_all();
+        true
+    }
+}
+
+impl Drop for SearchIndex {
+    fn drop(&mut self) {
+        self.queue_lock().closed = true;
+        self.changed.notify_all();
+        let worker = self
+            .worker
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(h) = worker {
+            // The worker finishes the queued jobs (writing finished segments' postings).
+            let _ = h.join();
+        }
     }
 }
 
