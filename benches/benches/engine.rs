@@ -245,10 +245,158 @@ fn history_params(
 }
 
 fn benches(c: &mut Criterion) {
+    let mut first = None;
     for corpus in corpus_paths() {
         let fx = fixture(&corpus);
         bench_corpus(c, &fx);
+        first.get_or_insert(fx.rows);
     }
+    bench_small(c, &first.expect("a corpus"));
+}
+
+/// Events of this many bytes of text for `engine/append_small`.
+const SMALL_EVENT_BYTES: usize = 200;
+/// Events appended per iteration of `engine/append_small`.
+const SMALL_EVENTS: usize = 200_000;
+
+/// Texts of about `SMALL_EVENT_BYTES` cut from the corpus rows at char boundaries.
+fn small_texts(rows: &[CorpusRow]) -> Vec<String> {
+    let mut out = Vec::with_capacity(SMALL_EVENTS);
+    'rows: for r in rows.iter().cycle() {
+        let mut rest = r.text.as_str();
+        while rest.len() >= SMALL_EVENT_BYTES {
+            let mut cut = SMALL_EVENT_BYTES;
+            while !rest.is_char_boundary(cut) {
+                cut += 1;
+            }
+            out.push(rest[..cut].to_string());
+            rest = &rest[cut..];
+            if out.len() == SMALL_EVENTS {
+                break 'rows;
+            }
+        }
+    }
+    out
+}
+
+/// Buffered append of many small events (the DESIGN's 200-byte events/s figure):
+/// assistant completions of 200 bytes of real text, 256 per append, no fsync.
+fn bench_small(c: &mut Criterion, rows: &[CorpusRow]) {
+    let texts = small_texts(rows);
+    let events: Vec<Event> = texts
+        .iter()
+        .map(|t| {
+            Event::ModelCompletion(ModelCompletion {
+                invocation: "inv-0".into(),
+                model: "m".into(),
+                items: vec![Item::Assistant {
+                    body: t.clone(),
+                    thinking: None,
+                }],
+                usage: None,
+            })
+        })
+        .collect();
+    let mut g = c.benchmark_group(format!("engine/append_small/{SMALL_EVENT_BYTES}B"));
+    g.throughput(Throughput::Elements(events.len() as u64));
+    g.sample_size(10);
+    g.bench_function(BenchmarkId::new("logbook", "nosync"), |b| {
+        b.iter_with_setup(
+            || {
+                let tmp = tempfile::tempdir_in("/tmp").expect("tmp");
+                let dir = tmp.path().join("r");
+                Root::init(&dir).expect("init");
+                let root = Root::open_with(&dir, bulk_options()).expect("open");
+                root.create_session(CreateSessionParams {
+                    session_id: Some("s".into()),
+                    workspace: None,
+                    operation: "c".into(),
+                })
+                .expect("create");
+                root.append(AppendParams {
+                    session_id: "s".into(),
+                    operation: "start".into(),
+                    events: vec![Event::UserMessage(UserMessage {
+                        invocation: "inv-0".into(),
+                        text: "start".into(),
+                        attachments: vec![],
+                    })],
+                })
+                .expect("start");
+                let batches: Vec<Vec<Event>> =
+                    events.chunks(BATCH_EVENTS).map(|c| c.to_vec()).collect();
+                (tmp, root, batches)
+            },
+            |(tmp, root, batches)| {
+                for (i, events) in batches.into_iter().enumerate() {
+                    root.append(AppendParams {
+                        session_id: "s".into(),
+                        operation: format!("b{i}"),
+                        events,
+                    })
+                    .expect("append");
+                }
+                (tmp, root)
+            },
+        )
+    });
+    g.bench_function(BenchmarkId::new("jsonl", "nosync"), |b| {
+        b.iter_with_setup(
+            || tempfile::tempdir_in("/tmp").expect("tmp"),
+            |tmp| {
+                let file = std::fs::File::create(tmp.path().join("s.jsonl")).expect("jsonl");
+                let mut w = BufWriter::new(file);
+                for (i, t) in texts.iter().enumerate() {
+                    let v = serde_json::json!({"id": i, "session": "s", "role": "assistant", "text": t});
+                    serde_json::to_writer(&mut w, &v).expect("write");
+                    w.write_all(b"\n").expect("nl");
+                }
+                w.flush().expect("flush");
+                tmp
+            },
+        )
+    });
+    g.finish();
+
+    // Forward paging, 1024 rows per page, warm, over a Session of these small rows.
+    let tmp = tempfile::tempdir_in("/tmp").expect("tmp");
+    let dir = tmp.path().join("r");
+    let mut all = vec![Event::UserMessage(UserMessage {
+        invocation: "inv-0".into(),
+        text: "start".into(),
+        attachments: vec![],
+    })];
+    all.extend(events);
+    build_root(&dir, &all);
+    let root = Root::open(&dir).expect("open");
+    let through = root.revision("s").expect("rev");
+    let n_rows = all.len();
+    let mut g = c.benchmark_group(format!("engine/history_forward_small/{SMALL_EVENT_BYTES}B"));
+    g.throughput(Throughput::Elements(n_rows as u64));
+    g.sample_size(10);
+    g.bench_function("logbook", |b| {
+        b.iter(|| {
+            let (mut after, mut n) = (None, 0usize);
+            loop {
+                let p = root
+                    .history(history_params(
+                        after,
+                        1024,
+                        Direction::Forward,
+                        Some(through),
+                    ))
+                    .expect("page");
+                n += p.rows.len();
+                after = p.next_after;
+                if after.is_none() {
+                    break;
+                }
+            }
+            assert_eq!(n, n_rows);
+            n
+        })
+    });
+    g.finish();
 }
 
 fn bench_corpus(c: &mut Criterion, fx: &Fixture) {

@@ -60,15 +60,18 @@ fn load_texts(path: &Path) -> Vec<String> {
         .collect()
 }
 
-/// Folds and indexes `texts` in memory (doc = index within the slice): what an append does.
+/// Folds and indexes `texts` in memory (doc = index within the slice), in one batch as a
+/// bulk append does.
 fn build_postings(texts: &[String]) -> PostingsBuilder {
     let mut b = PostingsBuilder::new();
+    let mut batch = b.batch();
     let mut folded = String::new();
     for (doc, t) in texts.iter().enumerate() {
         folded.clear();
         fold_into(t, &mut folded);
-        b.add(doc as u32, folded.as_bytes());
+        batch.add(doc as u32, folded.as_bytes());
     }
+    drop(batch);
     b
 }
 

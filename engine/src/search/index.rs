@@ -631,14 +631,19 @@ impl Shared {
         };
         let lost = {
             let mut guard = self.tail.write().unwrap_or_else(|p| p.into_inner());
-            let lost = match guard.as_mut() {
-                // A search caught the tail up from the log past this append already.
-                Some(t) if t.covered >= job.end_row => false,
-                Some(t) if t.covered == job.first_row => {
-                    self.add_events(t, &job.events, &job.locs).is_err()
+            // A panic here (a bug) must not leave `busy` set, or every search would wait
+            // for ever: it drops the tail like any other trouble.
+            let lost = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                match guard.as_mut() {
+                    // A search caught the tail up from the log past this append already.
+                    Some(t) if t.covered >= job.end_row => false,
+                    Some(t) if t.covered == job.first_row => {
+                        self.add_events(t, &job.events, &job.locs).is_err()
+                    }
+                    _ => true,
                 }
-                _ => true,
-            };
+            }))
+            .unwrap_or(true);
             if lost {
                 *guard = None;
             }
