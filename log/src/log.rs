@@ -37,6 +37,9 @@ pub const GROUP_COMMIT_GATHER_MAX: Duration = Duration::from_millis(1);
 pub const PREALLOCATE_BYTES: u64 = 4 << 20;
 /// Zero-filling writes at most this many bytes per `pwrite`.
 const ZERO_FILL_WRITE_BYTES: usize = 1 << 20;
+/// Bytes one read of an active segment's record takes: the frame header and, when the
+/// record is this small, its payload in the same system call.
+const ACTIVE_READ_AHEAD_BYTES: u64 = 4 << 10;
 /// Above this, the writer's buffer is released after a flush instead of kept for reuse.
 const WRITE_BUFFER_KEEP_BYTES: usize = 4 << 20;
 
@@ -1321,7 +1324,17 @@ impl Shared {
             )));
         }
         let mut h = [0u8; FRAME_HEADER_BYTES as usize];
-        self.read_bytes(seg, offset, &mut h, hint)?;
+        // In the active segment one read takes the header and, for a small record, the
+        // payload too (every byte read is below `bound`, so published).
+        let mut ahead = Vec::new();
+        match seg {
+            Seg::Sealed(_) => self.read_bytes(seg, offset, &mut h, hint)?,
+            Seg::Active(_) => {
+                ahead.resize((bound - offset).min(ACTIVE_READ_AHEAD_BYTES) as usize, 0);
+                self.read_bytes(seg, offset, &mut ahead, hint)?;
+                h.copy_from_slice(&ahead[..FRAME_HEADER_BYTES as usize]);
+            }
+        }
         let fh = decode_frame_header(&h, segment, offset).map_err(|_| {
             LogError::corrupt(
                 path,
@@ -1349,6 +1362,11 @@ impl Shared {
                 &self.cache,
                 hint,
             )?,
+            Seg::Active(_) if fh.frame_len() <= ahead.len() as u64 => {
+                ahead.truncate(fh.frame_len() as usize);
+                ahead.drain(..FRAME_HEADER_BYTES as usize);
+                payload = ahead;
+            }
             Seg::Active(_) => {
                 payload.resize(fh.len as usize, 0);
                 self.read_bytes(seg, offset + FRAME_HEADER_BYTES, &mut payload, hint)?;
