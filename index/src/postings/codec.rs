@@ -95,17 +95,56 @@ fn bits_needed(v: u32) -> u8 {
     (32 - v.leading_zeros()) as u8
 }
 
-/// Appends `bits` bits of `v` to the little-endian bit stream `(acc, have)` flushing to `out`.
-fn put_bits(out: &mut Vec<u8>, acc: &mut u64, have: &mut u32, v: u64, bits: u32) {
-    if bits == 0 {
-        return;
+/// Appends `values`, `bits` bits each, LSB first, padded to a byte.
+fn put_packed(out: &mut Vec<u8>, bits: u32, values: impl Iterator<Item = u64>) {
+    let (mut acc, mut have) = (0u64, 0u32);
+    if bits > 0 {
+        for v in values {
+            acc |= v << have;
+            have += bits;
+            while have >= 8 {
+                out.push(acc as u8);
+                acc >>= 8;
+                have -= 8;
+            }
+        }
     }
-    *acc |= v << *have;
-    *have += bits;
-    while *have >= 8 {
-        out.push(*acc as u8);
-        *acc >>= 8;
-        *have -= 8;
+    if have > 0 {
+        out.push(acc as u8);
+    }
+}
+
+/// Reads values of a fixed bit width from a stream `put_packed` wrote; the caller
+/// checked that the stream holds every value it asks for.
+struct Packed<'a> {
+    bytes: &'a [u8],
+    next: usize,
+    acc: u64,
+    have: u32,
+    bits: u32,
+}
+
+impl<'a> Packed<'a> {
+    fn new(bytes: &'a [u8], bits: u32) -> Self {
+        Packed {
+            bytes,
+            next: 0,
+            acc: 0,
+            have: 0,
+            bits,
+        }
+    }
+
+    fn get(&mut self) -> u64 {
+        while self.have < self.bits {
+            self.acc |= u64::from(self.bytes[self.next]) << self.have;
+            self.next += 1;
+            self.have += 8;
+        }
+        let v = self.acc & ((1u64 << self.bits) - 1);
+        self.acc >>= self.bits;
+        self.have -= self.bits;
+        v
     }
 }
 
@@ -156,19 +195,11 @@ pub(crate) fn encode_block(out: &mut Vec<u8>, key: u32, index: u32, docs: &[u32]
     if packed_bytes <= bitmap_bytes.min(ef_bytes(l)) {
         out.push(PACKED_MODE + width);
         put_varint(out, first);
-        let (mut acc, mut have) = (0u64, 0u32);
-        for w in docs.windows(2) {
-            put_bits(
-                out,
-                &mut acc,
-                &mut have,
-                u64::from(w[1] - w[0] - 1),
-                width.into(),
-            );
-        }
-        if have > 0 {
-            out.push(acc as u8);
-        }
+        put_packed(
+            out,
+            width.into(),
+            docs.windows(2).map(|w| u64::from(w[1] - w[0] - 1)),
+        );
     } else if bitmap_bytes <= ef_bytes(l) {
         out.push(BITMAP_MODE);
         put_varint(out, first);
@@ -180,14 +211,12 @@ pub(crate) fn encode_block(out: &mut Vec<u8>, key: u32, index: u32, docs: &[u32]
     } else {
         out.push(l as u8);
         put_varint(out, first);
-        let (mut acc, mut have) = (0u64, 0u32);
         let low_mask = (1u64 << l) - 1;
-        for &d in &docs[1..] {
-            put_bits(out, &mut acc, &mut have, u64::from(d - first) & low_mask, l);
-        }
-        if have > 0 {
-            out.push(acc as u8);
-        }
+        put_packed(
+            out,
+            l,
+            docs[1..].iter().map(|&d| u64::from(d - first) & low_mask),
+        );
         put_set_bits(
             out,
             (max >> l) + m - 1,
@@ -269,18 +298,10 @@ pub(crate) fn decode_block(
         let Some(bits) = b.get(body..body + len) else {
             return Err(BlockFault::Truncated);
         };
-        let mask = (1u64 << width) - 1;
-        let (mut acc, mut have, mut next) = (0u64, 0u32, 0usize);
+        let mut gaps = Packed::new(bits, width);
         let mut u = 0u64;
         for _ in 0..m {
-            while have < width {
-                acc |= u64::from(bits[next]) << have;
-                next += 1;
-                have += 8;
-            }
-            u += (acc & mask) + 1;
-            acc >>= width;
-            have -= width;
+            u += gaps.get() + 1;
             if fault.is_none() {
                 fault = push(u, out).err();
             }
@@ -300,18 +321,10 @@ pub(crate) fn decode_block(
             return Err(BlockFault::Truncated);
         };
         let high_at = body + low_len;
-        let (mut acc, mut have, mut next) = (0u64, 0u32, 0usize);
-        let low_mask = (1u64 << l) - 1;
+        let mut lows = Packed::new(low, l);
         let mut i = 0u64;
         let len = set_bits(&b[high_at..], m, |p| {
-            while have < l {
-                acc |= u64::from(low[next]) << have;
-                next += 1;
-                have += 8;
-            }
-            let lo = acc & low_mask;
-            acc >>= l;
-            have -= l;
+            let lo = lows.get();
             // p = high + i, and p >= i because positions ascend by at least one.
             let high = p - i;
             i += 1;
