@@ -297,19 +297,27 @@ impl SearchIndex {
         }
         {
             let mut guard = self.tail.write().unwrap_or_else(|p| p.into_inner());
-            let inner = session.read();
-            let r = match guard.as_mut() {
-                Some(t) => self.catch_up(session, &inner, t),
-                None => self.load(session, &inner).map(|t| {
-                    *guard = Some(t);
-                }),
-            };
-            if r.is_err() {
-                *guard = None;
-            }
-            r?;
+            self.catch_up_or_load(session, &mut guard)?;
         }
         Ok(self.tail.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Catches the tail up with every row the Session holds, loading it first when there is
+    /// none; on failure leaves no tail (it is rebuilt on next use).
+    fn catch_up_or_load(
+        &self,
+        session: &Session,
+        tail: &mut Option<Tail>,
+    ) -> Result<(), EngineError> {
+        let inner = session.read();
+        let r = match tail.as_mut() {
+            Some(t) => self.catch_up(session, &inner, t),
+            None => self.load(session, &inner).map(|t| *tail = Some(t)),
+        };
+        if r.is_err() {
+            *tail = None;
+        }
+        r
     }
 
     /// Builds the tail from the active segment's rows.
@@ -404,19 +412,16 @@ impl SearchIndex {
         }
         self.wait_idle();
         let mut guard = self.tail.write().unwrap_or_else(|p| p.into_inner());
-        let r = match guard.as_mut() {
-            Some(t) if t.covered == first_row => self.add_events(t, &events, locs),
-            Some(t) => {
-                let inner = session.read();
-                self.catch_up(session, &inner, t)
+        match guard.as_mut() {
+            Some(t) if t.covered == first_row => {
+                if self.add_events(t, &events, locs).is_err() {
+                    *guard = None;
+                }
             }
-            None => {
-                let inner = session.read();
-                self.load(session, &inner).map(|t| *guard = Some(t))
+            _ => {
+                // An error leaves no tail; the next search rebuilds it.
+                let _ = self.catch_up_or_load(session, &mut guard);
             }
-        };
-        if r.is_err() {
-            *guard = None;
         }
         let next = guard.as_ref().map(|t| t.covered).filter(|&c| c == end_row);
         self.queue_lock().next_row = next;
@@ -552,10 +557,9 @@ impl Shared {
         locs: &[Location],
     ) -> Result<(), EngineError> {
         let mut fold = FoldBuf::default();
-        let mut r = Ok(());
         let mut at = 0;
         // Runs of events in one log segment, each in one batch.
-        'runs: while at < events.len() {
+        while at < events.len() {
             let segment = locs[at].segment;
             let run = locs[at..events.len()]
                 .iter()
@@ -571,24 +575,19 @@ impl Shared {
                 }
                 let mut batch = t.builder.batch();
                 for src in rows {
-                    match doc_of(t.covered, t.first_row) {
-                        Ok(doc) => add_fields(
-                            &mut batch,
-                            doc,
-                            src.fields.iter().map(|(n, s)| (*n, *s)),
-                            &mut fold,
-                        ),
-                        Err(e) => {
-                            r = Err(e);
-                            break 'runs;
-                        }
-                    }
+                    let doc = doc_of(t.covered, t.first_row)?;
+                    add_fields(
+                        &mut batch,
+                        doc,
+                        src.fields.iter().map(|(n, s)| (*n, *s)),
+                        &mut fold,
+                    );
                     t.covered += 1;
                 }
             }
             at += run;
         }
-        r
+        Ok(())
     }
 
     fn queue_lock(&self) -> std::sync::MutexGuard<'_, Queue> {
