@@ -113,23 +113,59 @@ fn bulk_indexed_options() -> RootOptions {
     }
 }
 
-fn build_root(dir: &Path, events: &[Event]) {
+/// A new Root at `dir` holding one empty Session `s`.
+fn new_root(dir: &Path, options: RootOptions) -> Root {
     Root::init(dir).expect("init");
-    let root = Root::open_with(dir, bulk_options()).expect("open");
+    let root = Root::open_with(dir, options).expect("open");
     root.create_session(CreateSessionParams {
         session_id: Some("s".into()),
         workspace: None,
         operation: "c".into(),
     })
     .expect("create");
-    for (b, chunk) in events.chunks(BATCH_EVENTS).enumerate() {
+    root
+}
+
+/// `events` in batches of [`BATCH_EVENTS`], as the appends of a bulk import.
+fn batches_of(events: &[Event]) -> Vec<Vec<Event>> {
+    events.chunks(BATCH_EVENTS).map(|c| c.to_vec()).collect()
+}
+
+/// Appends every batch to Session `s`, operations `b0`, `b1`, ...
+fn append_batches(root: &Root, batches: Vec<Vec<Event>>) {
+    for (i, events) in batches.into_iter().enumerate() {
         root.append(AppendParams {
             session_id: "s".into(),
-            operation: format!("b{b}"),
-            events: chunk.to_vec(),
+            operation: format!("b{i}"),
+            events,
         })
         .expect("append");
     }
+}
+
+/// Pages forward through all of Session `s` under `through`, 1024 rows a page; the row count.
+fn page_forward_all(root: &Root, through: u64) -> usize {
+    let (mut after, mut n) = (None, 0usize);
+    loop {
+        let p = root
+            .history(history_params(
+                after,
+                1024,
+                Direction::Forward,
+                Some(through),
+            ))
+            .expect("page");
+        n += p.rows.len();
+        after = p.next_after;
+        if after.is_none() {
+            return n;
+        }
+    }
+}
+
+fn build_root(dir: &Path, events: &[Event]) {
+    let root = new_root(dir, bulk_options());
+    append_batches(&root, batches_of(events));
     root.sync_indexes().expect("sync");
 }
 
@@ -304,15 +340,7 @@ fn bench_small(c: &mut Criterion, rows: &[CorpusRow]) {
         b.iter_with_setup(
             || {
                 let tmp = tempfile::tempdir_in("/tmp").expect("tmp");
-                let dir = tmp.path().join("r");
-                Root::init(&dir).expect("init");
-                let root = Root::open_with(&dir, bulk_options()).expect("open");
-                root.create_session(CreateSessionParams {
-                    session_id: Some("s".into()),
-                    workspace: None,
-                    operation: "c".into(),
-                })
-                .expect("create");
+                let root = new_root(&tmp.path().join("r"), bulk_options());
                 root.append(AppendParams {
                     session_id: "s".into(),
                     operation: "start".into(),
@@ -323,19 +351,10 @@ fn bench_small(c: &mut Criterion, rows: &[CorpusRow]) {
                     })],
                 })
                 .expect("start");
-                let batches: Vec<Vec<Event>> =
-                    events.chunks(BATCH_EVENTS).map(|c| c.to_vec()).collect();
-                (tmp, root, batches)
+                (tmp, root, batches_of(&events))
             },
             |(tmp, root, batches)| {
-                for (i, events) in batches.into_iter().enumerate() {
-                    root.append(AppendParams {
-                        session_id: "s".into(),
-                        operation: format!("b{i}"),
-                        events,
-                    })
-                    .expect("append");
-                }
+                append_batches(&root, batches);
                 (tmp, root)
             },
         )
@@ -376,22 +395,7 @@ fn bench_small(c: &mut Criterion, rows: &[CorpusRow]) {
     g.sample_size(10);
     g.bench_function("logbook", |b| {
         b.iter(|| {
-            let (mut after, mut n) = (None, 0usize);
-            loop {
-                let p = root
-                    .history(history_params(
-                        after,
-                        1024,
-                        Direction::Forward,
-                        Some(through),
-                    ))
-                    .expect("page");
-                n += p.rows.len();
-                after = p.next_after;
-                if after.is_none() {
-                    break;
-                }
-            }
+            let n = page_forward_all(&root, through);
             assert_eq!(n, n_rows);
             n
         })
@@ -435,23 +439,7 @@ fn bench_corpus(c: &mut Criterion, fx: &Fixture) {
         g.sample_size(10);
         g.bench_function("logbook", |b| {
             b.iter(|| {
-                let mut after = None;
-                let mut n = 0usize;
-                loop {
-                    let p = root
-                        .history(history_params(
-                            after,
-                            1024,
-                            Direction::Forward,
-                            Some(through),
-                        ))
-                        .expect("page");
-                    n += p.rows.len();
-                    after = p.next_after;
-                    if after.is_none() {
-                        break;
-                    }
-                }
+                let n = page_forward_all(&root, through);
                 assert_eq!(n as u64, n_rows);
                 n
             })
@@ -510,28 +498,11 @@ fn bench_corpus(c: &mut Criterion, fx: &Fixture) {
                 b.iter_with_setup(
                     || {
                         let tmp = tempfile::tempdir_in("/tmp").expect("tmp");
-                        let dir = tmp.path().join("r");
-                        Root::init(&dir).expect("init");
-                        let root = Root::open_with(&dir, options.clone()).expect("open");
-                        root.create_session(CreateSessionParams {
-                            session_id: Some("s".into()),
-                            workspace: None,
-                            operation: "c".into(),
-                        })
-                        .expect("create");
-                        let batches: Vec<Vec<Event>> =
-                            fx.events.chunks(BATCH_EVENTS).map(|c| c.to_vec()).collect();
-                        (tmp, root, batches)
+                        let root = new_root(&tmp.path().join("r"), options.clone());
+                        (tmp, root, batches_of(&fx.events))
                     },
                     |(tmp, root, batches)| {
-                        for (i, events) in batches.into_iter().enumerate() {
-                            root.append(AppendParams {
-                                session_id: "s".into(),
-                                operation: format!("b{i}"),
-                                events,
-                            })
-                            .expect("append");
-                        }
+                        append_batches(&root, batches);
                         if name == "nosync_indexed" {
                             // Indexing runs on the index's worker thread: count the time
                             // until a search can use every row (a search waits for it).
