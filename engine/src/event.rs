@@ -723,9 +723,9 @@ struct ContextToolRef<'a> {
 
 impl<'a> EventBorrowed<'a> {
     /// The rows the event publishes, as [`rows_of`] gives them for the owned event.
-    pub(crate) fn rows(&self) -> Vec<RowSource<'a>> {
+    pub(crate) fn rows(&self) -> Rows<'a> {
         match self {
-            EventBorrowed::UserMessage(m) => vec![RowSource::user(m.invocation, m.text)],
+            EventBorrowed::UserMessage(m) => Rows::one(RowSource::user(m.invocation, m.text)),
             EventBorrowed::ModelCompletion(c) => c
                 .items
                 .iter()
@@ -742,16 +742,16 @@ impl<'a> EventBorrowed<'a> {
                 })
                 .collect(),
             EventBorrowed::ToolResult(r) => {
-                vec![RowSource::tool_result(r.invocation, r.tool_call_id, r.body)]
+                Rows::one(RowSource::tool_result(r.invocation, r.tool_call_id, r.body))
             }
             EventBorrowed::InteractionRequested(i) => {
-                vec![RowSource::interaction(i.invocation, i.prompt)]
+                Rows::one(RowSource::interaction(i.invocation, i.prompt))
             }
             EventBorrowed::SessionCreated(_)
             | EventBorrowed::TurnSettled(_)
             | EventBorrowed::StopRequested(_)
             | EventBorrowed::InteractionResolved(_)
-            | EventBorrowed::ContextPrepared(_) => Vec::new(),
+            | EventBorrowed::ContextPrepared(_) => Rows::Many(Vec::new()),
         }
     }
 }
@@ -808,18 +808,49 @@ pub struct RowSource<'a> {
     pub kind: RowKind,
     pub invocation: &'a str,
     /// `(name, text)` in [`RowKind::fields`] order.
-    pub fields: Vec<(&'static str, &'a str)>,
+    pub fields: FieldList<'a>,
     /// The id of the tool call (for a toolCall row) or the call it answers (toolResult row).
     pub tool_call_id: Option<&'a str>,
     /// Set on rows of a tool call marked `internal`.
     pub internal: bool,
 }
 
+/// A row's `(name, text)` pairs, one or two, held inline (a row is made per history row read).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FieldList<'a> {
+    pairs: [(&'static str, &'a str); 2],
+    len: usize,
+}
+
+impl<'a> FieldList<'a> {
+    fn one(name: &'static str, text: &'a str) -> Self {
+        FieldList {
+            pairs: [(name, text), ("", "")],
+            len: 1,
+        }
+    }
+
+    fn two(first: (&'static str, &'a str), second: (&'static str, &'a str)) -> Self {
+        FieldList {
+            pairs: [first, second],
+            len: 2,
+        }
+    }
+}
+
+impl<'a> std::ops::Deref for FieldList<'a> {
+    type Target = [(&'static str, &'a str)];
+
+    fn deref(&self) -> &Self::Target {
+        &self.pairs[..self.len]
+    }
+}
+
 impl<'a> RowSource<'a> {
     fn new(
         kind: RowKind,
         invocation: &'a str,
-        fields: Vec<(&'static str, &'a str)>,
+        fields: FieldList<'a>,
         tool_call_id: Option<&'a str>,
         internal: bool,
     ) -> Self {
@@ -833,11 +864,17 @@ impl<'a> RowSource<'a> {
     }
 
     fn user(invocation: &'a str, text: &'a str) -> Self {
-        Self::new(RowKind::User, invocation, vec![("body", text)], None, false)
+        Self::new(
+            RowKind::User,
+            invocation,
+            FieldList::one("body", text),
+            None,
+            false,
+        )
     }
 
     fn assistant(invocation: &'a str, body: &'a str, thinking: &'a str) -> Self {
-        let fields = vec![("body", body), ("thinking", thinking)];
+        let fields = FieldList::two(("body", body), ("thinking", thinking));
         Self::new(RowKind::Assistant, invocation, fields, None, false)
     }
 
@@ -848,12 +885,12 @@ impl<'a> RowSource<'a> {
         arguments: &'a str,
         internal: bool,
     ) -> Self {
-        let fields = vec![("name", name), ("arguments", arguments)];
+        let fields = FieldList::two(("name", name), ("arguments", arguments));
         Self::new(RowKind::ToolCall, invocation, fields, Some(id), internal)
     }
 
     fn tool_result(invocation: &'a str, call_id: &'a str, body: &'a str) -> Self {
-        let fields = vec![("body", body)];
+        let fields = FieldList::one("body", body);
         Self::new(
             RowKind::ToolResult,
             invocation,
@@ -864,15 +901,90 @@ impl<'a> RowSource<'a> {
     }
 
     fn interaction(invocation: &'a str, prompt: &'a str) -> Self {
-        let fields = vec![("body", prompt)];
+        let fields = FieldList::one("body", prompt);
         Self::new(RowKind::Interaction, invocation, fields, None, false)
     }
 }
 
+/// The rows of one event, in item order. Most events publish one row, which is held inline
+/// (no allocation per event read).
+#[derive(Clone, Debug, Eq)]
+pub enum Rows<'a> {
+    One([RowSource<'a>; 1]),
+    Many(Vec<RowSource<'a>>),
+}
+
+impl<'a> Rows<'a> {
+    fn one(row: RowSource<'a>) -> Self {
+        Rows::One([row])
+    }
+}
+
+impl<'a> std::ops::Deref for Rows<'a> {
+    type Target = [RowSource<'a>];
+
+    fn deref(&self) -> &Self::Target {
+        match self {
+            Rows::One(r) => r,
+            Rows::Many(v) => v,
+        }
+    }
+}
+
+impl PartialEq for Rows<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl<'a> FromIterator<RowSource<'a>> for Rows<'a> {
+    fn from_iter<I: IntoIterator<Item = RowSource<'a>>>(iter: I) -> Self {
+        let mut it = iter.into_iter();
+        match (it.next(), it.next()) {
+            (None, _) => Rows::Many(Vec::new()),
+            (Some(a), None) => Rows::one(a),
+            (Some(a), Some(b)) => Rows::Many([a, b].into_iter().chain(it).collect()),
+        }
+    }
+}
+
+impl<'a> IntoIterator for Rows<'a> {
+    type Item = RowSource<'a>;
+    type IntoIter = RowsIter<'a>;
+
+    fn into_iter(self) -> RowsIter<'a> {
+        match self {
+            Rows::One([r]) => RowsIter {
+                one: Some(r),
+                many: Vec::new().into_iter(),
+            },
+            Rows::Many(v) => RowsIter {
+                one: None,
+                many: v.into_iter(),
+            },
+        }
+    }
+}
+
+/// Iterator over [`Rows`] by value.
+#[derive(Debug)]
+pub struct RowsIter<'a> {
+    one: Option<RowSource<'a>>,
+    many: std::vec::IntoIter<RowSource<'a>>,
+}
+
+impl<'a> Iterator for RowsIter<'a> {
+    type Item = RowSource<'a>;
+
+    fn next(&mut self) -> Option<RowSource<'a>> {
+        self.one.take().or_else(|| self.many.next())
+    }
+}
+
 /// The rows an event publishes, in item order.
-pub fn rows_of(event: &Event) -> Vec<RowSource<'_>> {
+pub fn rows_of(event: &Event) -> Rows<'_> {
     match event {
-        Event::UserMessage(m) => vec![RowSource::user(&m.invocation, &m.text)],
+        Event::UserMessage(m) => Rows::one(RowSource::user(&m.invocation, &m.text)),
         Event::ModelCompletion(c) => c
             .items
             .iter()
@@ -888,13 +1000,15 @@ pub fn rows_of(event: &Event) -> Vec<RowSource<'_>> {
                 } => RowSource::tool_call(&c.invocation, id, name, arguments, *internal),
             })
             .collect(),
-        Event::ToolResult(r) => vec![RowSource::tool_result(
+        Event::ToolResult(r) => Rows::one(RowSource::tool_result(
             &r.invocation,
             &r.tool_call_id,
             &r.body,
-        )],
-        Event::InteractionRequested(i) => vec![RowSource::interaction(&i.invocation, &i.prompt)],
-        _ => Vec::new(),
+        )),
+        Event::InteractionRequested(i) => {
+            Rows::one(RowSource::interaction(&i.invocation, &i.prompt))
+        }
+        _ => Rows::Many(Vec::new()),
     }
 }
 

@@ -61,7 +61,7 @@ fn make_row(rows: &[RowSource<'_>], position: Position) -> Result<Row, EngineErr
         )
     })?;
     let mut fields = BTreeMap::new();
-    for (name, text) in &src.fields {
+    for (name, text) in src.fields.iter() {
         let cut = prefix_on_boundary(text, FIELD_TEXT_BYTES_MAX);
         fields.insert(
             (*name).to_owned(),
@@ -204,8 +204,9 @@ impl Session {
         // events are cached. Forward pages page through history once: they are not.
         let keep = direction == Direction::Backward;
         let mut rows = Vec::with_capacity(picked.len());
+        let mut reader = None;
         for run in picked.chunk_by(|a, b| a.sequence == b.sequence) {
-            self.with_event_rows(&inner, run[0].sequence, keep, |sources| {
+            self.with_event_rows(&inner, run[0].sequence, keep, &mut reader, |sources| {
                 for e in run {
                     let pos = Position {
                         source_sequence: e.sequence,

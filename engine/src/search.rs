@@ -25,13 +25,14 @@ pub(crate) use index::SearchIndex;
 pub use index::SEARCH_DIR;
 
 use crate::error::EngineError;
-use crate::event::{rows_of, Event};
+use crate::event::RowSource;
 use crate::history::fence;
 use crate::params::Position;
 use crate::session::{Inner, Session};
 use cursor::{Binding, SearchCursor};
 use index::{is_searchable, row_entry, segment_of_row, Sealed, Tail};
 use logbook_index::Matcher;
+use logbook_log::Reader;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
@@ -171,8 +172,8 @@ struct Page<'a> {
     hits: Vec<SearchHit>,
     rows_examined: u64,
     bytes_examined: u64,
-    sequence: u64,
-    event: Option<Event>,
+    /// Reads the candidates' events, which lie in position order.
+    reader: Option<Reader<'a>>,
     found: Vec<(usize, usize)>,
 }
 
@@ -193,25 +194,39 @@ impl Page<'_> {
     ) -> Result<Option<(u8, u64)>, EngineError> {
         self.rows_examined += 1;
         let entry = row_entry(self.session, self.inner, row)?;
-        if self.event.is_none() || self.sequence != entry.sequence {
-            self.event = Some(self.session.event_at(self.inner, entry.sequence)?);
-            self.sequence = entry.sequence;
-        }
-        let event = self.event.as_ref().expect("filled above");
-        let rows = rows_of(event);
-        let src = rows.get(entry.item as usize).ok_or_else(|| {
-            EngineError::corrupt(
-                self.session.dir().join("row.idx"),
-                format!(
-                    "row {row} names item {} of event {}, which has fewer rows",
-                    entry.item, entry.sequence
-                ),
-            )
-        })?;
-        let position = Position {
-            source_sequence: entry.sequence,
-            item_index: entry.item,
-        };
+        let session = self.session;
+        // The event is read without being cached: a search walks far more rows than a reader
+        // looks at again.
+        let mut reader = self.reader.take();
+        let found =
+            session.with_event_rows(self.inner, entry.sequence, false, &mut reader, |rows| {
+                let src = rows.get(entry.item as usize).ok_or_else(|| {
+                    EngineError::corrupt(
+                        session.dir().join("row.idx"),
+                        format!(
+                            "row {row} names item {} of event {}, which has fewer rows",
+                            entry.item, entry.sequence
+                        ),
+                    )
+                })?;
+                let position = Position {
+                    source_sequence: entry.sequence,
+                    item_index: entry.item,
+                };
+                Ok(self.verify_fields(src, position, field, offset))
+            });
+        self.reader = reader;
+        found?
+    }
+
+    /// [`Page::verify`] on the row's text.
+    fn verify_fields(
+        &mut self,
+        src: &RowSource<'_>,
+        position: Position,
+        field: u8,
+        offset: u64,
+    ) -> Option<(u8, u64)> {
         let searchable = src.fields.iter().filter(|(n, _)| is_searchable(n));
         for (fi, (name, text)) in searchable.enumerate() {
             let fi = fi as u8;
@@ -234,11 +249,11 @@ impl Page<'_> {
                     end: e as u64,
                 });
                 if self.hits.len() == self.limit {
-                    return Ok(Some((fi, e as u64)));
+                    return Some((fi, e as u64));
                 }
             }
         }
-        Ok(None)
+        None
     }
 }
 
@@ -301,8 +316,7 @@ impl Session {
             hits: Vec::new(),
             rows_examined: 0,
             bytes_examined: 0,
-            sequence: 0,
-            event: None,
+            reader: None,
             found: Vec::new(),
         };
         let plan = Plan::new(&p.query, &matcher);

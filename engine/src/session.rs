@@ -19,7 +19,7 @@ use crate::records::{self, EventRecord, EventRecordBorrowed, EventRecordRef, Out
 use crate::search::SearchIndex;
 use crate::state::State;
 use logbook_index::FixedIndex;
-use logbook_log::{Durability, Location, Log, LogConfig, Record};
+use logbook_log::{Durability, Location, Log, LogConfig, Reader, Record};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -692,19 +692,21 @@ impl Session {
     /// Calls `f` with the rows event `sequence` publishes. A cached event is used as it is; else
     /// the record is read and, with `keep`, decoded and cached, or without, decoded with its
     /// texts borrowed from the bytes the log read (no copy but the ones `f` makes). Bulk reads
-    /// pass `keep = false` so they do not push the recently used events out of the cache.
-    pub(crate) fn with_event_rows<R>(
-        &self,
+    /// pass `keep = false` so they do not push the recently used events out of the cache, and
+    /// one `reader` for all their events, so records next to each other are read together.
+    pub(crate) fn with_event_rows<'s, R>(
+        &'s self,
         inner: &Inner,
         sequence: u64,
         keep: bool,
+        reader: &mut Option<Reader<'s>>,
         f: impl FnOnce(&[RowSource<'_>]) -> R,
     ) -> Result<R, EngineError> {
         if let Some(b) = inner.base_of_seq(sequence) {
             // Below the fence: the source's event, read the source's way.
             return b
                 .session
-                .with_event_rows(&b.session.read(), sequence, keep, f);
+                .with_event_rows(&b.session.read(), sequence, keep, &mut None, f);
         }
         if let Some(e) = lock_cache(&self.cache).get(sequence) {
             return Ok(f(&rows_of(&e)));
@@ -713,14 +715,33 @@ impl Session {
             let e = self.event_arc(inner, sequence)?;
             return Ok(f(&rows_of(&e)));
         }
-        let (loc, payload) = self.read_event_record(inner, sequence)?;
+        let loc = self.location_of(inner, sequence)?;
+        let record = reader
+            .get_or_insert_with(|| self.log.reader())
+            .read(loc)
+            .map_err(|e| self.damaged_index(sequence, loc, &e.to_string()))?;
+        self.check_event_kind(sequence, loc, record.kind)?;
         let er: EventRecordBorrowed<'_> =
-            records::decode(self.log.dir(), "an event record", &payload)?;
+            records::decode(self.log.dir(), "an event record", record.payload)?;
         if er.sequence != sequence {
             let why = format!("the record there holds event {}", er.sequence);
             return Err(self.damaged_index(sequence, loc, &why));
         }
         Ok(f(&er.event.rows()))
+    }
+
+    fn location_of(&self, inner: &Inner, sequence: u64) -> Result<Location, EngineError> {
+        inner.location(sequence).ok_or_else(|| {
+            EngineError::not_found(format!("event {sequence} of Session {}", self.id))
+        })
+    }
+
+    fn check_event_kind(&self, sequence: u64, loc: Location, kind: u8) -> Result<(), EngineError> {
+        if kind == records::KIND_EVENT {
+            Ok(())
+        } else {
+            Err(self.damaged_index(sequence, loc, "the record there is not an event"))
+        }
     }
 
     /// The payload of event `sequence`'s record (checked to be an event record).
@@ -729,16 +750,12 @@ impl Session {
         inner: &Inner,
         sequence: u64,
     ) -> Result<(Location, Vec<u8>), EngineError> {
-        let loc = inner.location(sequence).ok_or_else(|| {
-            EngineError::not_found(format!("event {sequence} of Session {}", self.id))
-        })?;
+        let loc = self.location_of(inner, sequence)?;
         let record = self
             .log
             .read(loc)
             .map_err(|e| self.damaged_index(sequence, loc, &e.to_string()))?;
-        if record.kind != records::KIND_EVENT {
-            return Err(self.damaged_index(sequence, loc, "the record there is not an event"));
-        }
+        self.check_event_kind(sequence, loc, record.kind)?;
         Ok((loc, record.payload))
     }
 

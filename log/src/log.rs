@@ -37,9 +37,12 @@ pub const GROUP_COMMIT_GATHER_MAX: Duration = Duration::from_millis(1);
 pub const PREALLOCATE_BYTES: u64 = 4 << 20;
 /// Zero-filling writes at most this many bytes per `pwrite`.
 const ZERO_FILL_WRITE_BYTES: usize = 1 << 20;
-/// Bytes one read of an active segment's record takes: the frame header and, when the
-/// record is this small, its payload in the same system call.
-const ACTIVE_READ_AHEAD_BYTES: u64 = 4 << 10;
+/// Bytes a reader takes from an active segment in one system call: the record it is after
+/// and those behind it, which forward reads and scans ask for next (a longer record is
+/// read whole).
+const READ_WINDOW_BYTES: u64 = 64 << 10;
+/// What a lone [`Log::read`] of an active-segment record takes in its one system call.
+const READ_ONE_BYTES: u64 = 4 << 10;
 /// Above this, the writer's buffer is released after a flush instead of kept for reuse.
 const WRITE_BUFFER_KEEP_BYTES: usize = 4 << 20;
 
@@ -127,6 +130,123 @@ pub struct OwnedRecord {
     pub kind: u8,
     /// Opaque payload.
     pub payload: Vec<u8>,
+}
+
+/// A record borrowed from a [`Reader`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordRef<'a> {
+    /// Opaque kind byte.
+    pub kind: u8,
+    /// Opaque payload.
+    pub payload: &'a [u8],
+}
+
+impl RecordRef<'_> {
+    /// The record with its payload copied.
+    pub fn to_owned_record(self) -> OwnedRecord {
+        OwnedRecord {
+            kind: self.kind,
+            payload: self.payload.to_vec(),
+        }
+    }
+}
+
+/// A checked frame: its record, end-of-batch flag and the offset of the next frame.
+struct Frame<'a> {
+    record: RecordRef<'a>,
+    end_of_batch: bool,
+    next: u64,
+}
+
+/// Active-segment bytes `[start, start + bytes.len())` of segment `segment`, read once and
+/// served to the records inside them (published bytes are never rewritten).
+#[derive(Default)]
+struct Window {
+    segment: u64,
+    start: u64,
+    bytes: Vec<u8>,
+}
+
+impl Window {
+    fn covers(&self, segment: u64, offset: u64, len: u64) -> bool {
+        self.segment == segment
+            && offset >= self.start
+            && offset + len <= self.start + self.bytes.len() as u64
+    }
+
+    /// Bytes `[offset, offset + len)`, which the caller checked with `covers`.
+    fn get(&self, offset: u64, len: u64) -> &[u8] {
+        let from = (offset - self.start) as usize;
+        &self.bytes[from..from + len as usize]
+    }
+}
+
+/// What a reader keeps from one record to the next.
+struct ReadState {
+    /// Bytes one read of an active segment takes (a record longer than it is read whole).
+    ahead: u64,
+    /// The sealed block used last.
+    hint: BlockHint,
+    /// Active-segment bytes read last.
+    window: Window,
+    /// A record that spans sealed blocks is put together here.
+    scratch: Vec<u8>,
+}
+
+impl ReadState {
+    fn new(ahead: u64) -> ReadState {
+        ReadState {
+            ahead,
+            hint: None,
+            window: Window::default(),
+            scratch: Vec::new(),
+        }
+    }
+}
+
+/// Reads records one after another, cheaply when they are near each other: a run of
+/// records of the active segment costs one system call per 64 KiB, and a
+/// run in a sealed segment one block lookup per block. Records are borrowed, not copied.
+/// Made by [`Log::reader`]; it sees records published after it was made, too.
+pub struct Reader<'a> {
+    log: &'a Log,
+    /// Segment number, segment and the bound it may be read up to.
+    cur: Option<(u64, Seg, u64)>,
+    st: ReadState,
+}
+
+impl fmt::Debug for Reader<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Reader")
+            .field("dir", &self.log.dir())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Reader<'_> {
+    /// Reads the record that starts at `at`.
+    pub fn read(&mut self, at: Location) -> Result<RecordRef<'_>, LogError> {
+        let stale = match &self.cur {
+            Some((n, _, bound)) => *n != at.segment || at.offset >= *bound,
+            None => true,
+        };
+        if stale {
+            let end = self.log.end();
+            if at >= end {
+                return Err(LogError::invalid(format!(
+                    "no record at {at:?}: the log ends at {end:?}"
+                )));
+            }
+            let (seg, bound) = self.log.shared.segment_for(at.segment, end)?;
+            self.cur = Some((at.segment, seg, bound));
+        }
+        let (_, seg, bound) = self.cur.as_ref().expect("set above");
+        let frame =
+            self.log
+                .shared
+                .read_record(seg, at.segment, at.offset, *bound, &mut self.st)?;
+        Ok(frame.record)
+    }
 }
 
 /// What `open` found and did.
@@ -698,9 +818,20 @@ impl Log {
             )));
         }
         let (seg, bound) = self.shared.segment_for(at.segment, end)?;
-        self.shared
-            .read_record(&seg, at.segment, at.offset, bound, &mut None)
-            .map(|(r, _, _)| r)
+        let mut st = ReadState::new(READ_ONE_BYTES);
+        let frame = self
+            .shared
+            .read_record(&seg, at.segment, at.offset, bound, &mut st)?;
+        Ok(frame.record.to_owned_record())
+    }
+
+    /// A reader for runs of records (history pages, scans of candidates).
+    pub fn reader(&self) -> Reader<'_> {
+        Reader {
+            log: self,
+            cur: None,
+            st: ReadState::new(READ_WINDOW_BYTES),
+        }
     }
 
     /// Iterates the records from `from` (a record start, or `end()`) to the end as it is now.
@@ -724,7 +855,7 @@ impl Log {
             pos: from,
             end,
             cur: None,
-            hint: None,
+            st: ReadState::new(READ_WINDOW_BYTES),
             error,
             done: false,
         }
@@ -1307,16 +1438,17 @@ impl Shared {
         }
     }
 
-    /// Reads and checks the record at `offset`; returns it, its end-of-batch flag and the
-    /// offset of the next frame.
-    fn read_record(
+    /// Reads and checks the record at `offset`: kind, end-of-batch flag, the offset of the
+    /// next frame and the payload, borrowed from `st` (its window of active-segment bytes,
+    /// the sealed block it holds, or its scratch buffer when the record spans blocks).
+    fn read_record<'s>(
         &self,
         seg: &Seg,
         segment: u64,
         offset: u64,
         bound: u64,
-        hint: &mut BlockHint,
-    ) -> Result<(OwnedRecord, bool, u64), LogError> {
+        st: &'s mut ReadState,
+    ) -> Result<Frame<'s>, LogError> {
         let path = Self::seg_path(seg);
         if offset < HEADER_BYTES || offset.saturating_add(FRAME_HEADER_BYTES) > bound {
             return Err(LogError::invalid(format!(
@@ -1324,15 +1456,14 @@ impl Shared {
             )));
         }
         let mut h = [0u8; FRAME_HEADER_BYTES as usize];
-        // In the active segment one read takes the header and, for a small record, the
-        // payload too (every byte read is below `bound`, so published).
-        let mut ahead = Vec::new();
         match seg {
-            Seg::Sealed(_) => self.read_bytes(seg, offset, &mut h, hint)?,
+            Seg::Sealed(_) => self.read_bytes(seg, offset, &mut h, &mut st.hint)?,
             Seg::Active(_) => {
-                ahead.resize((bound - offset).min(ACTIVE_READ_AHEAD_BYTES) as usize, 0);
-                self.read_bytes(seg, offset, &mut ahead, hint)?;
-                h.copy_from_slice(&ahead[..FRAME_HEADER_BYTES as usize]);
+                // One read takes the header and the records after it (every byte read is
+                // below `bound`, so published and never rewritten).
+                let n = (bound - offset).min(st.ahead);
+                self.window_over(seg, segment, offset, FRAME_HEADER_BYTES, n, &mut st.window)?;
+                h.copy_from_slice(st.window.get(offset, FRAME_HEADER_BYTES));
             }
         }
         let fh = decode_frame_header(&h, segment, offset).map_err(|_| {
@@ -1353,36 +1484,55 @@ impl Shared {
                 ),
             ));
         }
-        let mut payload = Vec::new();
-        match seg {
-            Seg::Sealed(s) => s.read_to(
-                offset + FRAME_HEADER_BYTES,
-                fh.len as usize,
-                &mut payload,
-                &self.cache,
-                hint,
-            )?,
-            Seg::Active(_) if fh.frame_len() <= ahead.len() as u64 => {
-                ahead.truncate(fh.frame_len() as usize);
-                ahead.drain(..FRAME_HEADER_BYTES as usize);
-                payload = ahead;
+        let at = offset + FRAME_HEADER_BYTES;
+        let len = u64::from(fh.len);
+        let payload: &[u8] = match seg {
+            Seg::Sealed(s) => {
+                s.slice(at, len as usize, &self.cache, &mut st.hint, &mut st.scratch)?
             }
             Seg::Active(_) => {
-                payload.resize(fh.len as usize, 0);
-                self.read_bytes(seg, offset + FRAME_HEADER_BYTES, &mut payload, hint)?;
+                let n = fh.frame_len().max((bound - offset).min(st.ahead));
+                self.window_over(seg, segment, offset, fh.frame_len(), n, &mut st.window)?;
+                st.window.get(at, len)
             }
-        }
-        if !crate::format::check_payload(&h, &fh, segment, offset, &payload) {
+        };
+        if !crate::format::check_payload(&h, &fh, segment, offset, payload) {
             return Err(LogError::corrupt(path, offset, "record checksum mismatch"));
         }
-        Ok((
-            OwnedRecord {
+        Ok(Frame {
+            record: RecordRef {
                 kind: fh.kind,
                 payload,
             },
-            fh.end_of_batch,
-            end,
-        ))
+            end_of_batch: fh.end_of_batch,
+            next: end,
+        })
+    }
+
+    /// Makes `window` hold active-segment bytes `[offset, offset + need)`, reading
+    /// `[offset, offset + fill)` (`fill >= need`, all published) when it does not yet.
+    fn window_over(
+        &self,
+        seg: &Seg,
+        segment: u64,
+        offset: u64,
+        need: u64,
+        fill: u64,
+        window: &mut Window,
+    ) -> Result<(), LogError> {
+        if window.covers(segment, offset, need) {
+            return Ok(());
+        }
+        window.segment = segment;
+        window.start = offset;
+        // Every byte is overwritten by the read: only growth needs filling.
+        window.bytes.truncate(fill as usize);
+        window.bytes.resize(fill as usize, 0);
+        let read = self.read_bytes(seg, offset, &mut window.bytes, &mut None);
+        if read.is_err() {
+            window.bytes.clear();
+        }
+        read
     }
 
     /// Seals a finished segment (steps 1-3 of docs/format.md) and switches readers to it.
@@ -1497,7 +1647,7 @@ pub struct Scan<'a> {
     pos: Location,
     end: Location,
     cur: Option<(u64, Seg, u64)>,
-    hint: BlockHint,
+    st: ReadState,
     error: Option<LogError>,
     done: bool,
 }
@@ -1553,12 +1703,12 @@ impl Iterator for Scan<'_> {
                 self.pos.segment,
                 self.pos.offset,
                 bound,
-                &mut self.hint,
+                &mut self.st,
             ) {
-                Ok((rec, last, next)) => {
+                Ok(frame) => {
                     let at = self.pos;
-                    self.pos.offset = next;
-                    Some(Ok((at, rec, last)))
+                    self.pos.offset = frame.next;
+                    Some(Ok((at, frame.record.to_owned_record(), frame.end_of_batch)))
                 }
                 Err(e) => {
                     self.done = true;

@@ -159,6 +159,30 @@ impl SealedSegment {
         })
     }
 
+    /// Logical bytes `[offset, offset + len)` (caller checks bounds): borrowed from the
+    /// block that holds them, which `hint` keeps, or put together in `scratch` when they
+    /// span blocks.
+    pub fn slice<'s>(
+        &self,
+        offset: u64,
+        len: usize,
+        cache: &Mutex<BlockCache>,
+        hint: &'s mut BlockHint,
+        scratch: &'s mut Vec<u8>,
+    ) -> Result<&'s [u8], LogError> {
+        let at = offset - HEADER_BYTES;
+        let within = (at % BLOCK_BYTES) as usize;
+        if within + len > BLOCK_BYTES as usize {
+            scratch.clear();
+            self.read_to(offset, len, scratch, cache, hint)?;
+            return Ok(scratch);
+        }
+        let o = self.opened()?;
+        self.block(o, (at / BLOCK_BYTES) as u32, cache, hint)?;
+        let (_, block) = hint.as_ref().expect("block() keeps the block in the hint");
+        Ok(&block[within..within + len])
+    }
+
     fn each_piece(
         &self,
         offset: u64,

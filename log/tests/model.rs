@@ -97,7 +97,45 @@ fn run(seed: u64, steps: usize) {
                 assert_eq!(log.end(), end, "{ctx}");
                 assert_eq!(scan_from(&log, log.start()), records(&model), "{ctx}");
             }
-            56..72 => {
+            56..64 => {
+                // A reader over a run of records, forward then at random places, then the
+                // records of a batch appended while it lives.
+                let all = records(&model);
+                let mut reader = log.reader();
+                let from = rng.below(all.len() as u64 + 1) as usize;
+                let to = (from + rng.below(200) as usize).min(all.len());
+                let jumps = (0..rng.below(20)).map(|_| rng.below(all.len().max(1) as u64) as usize);
+                let picks: Vec<usize> = (from..to)
+                    .chain(jumps.filter(|_| !all.is_empty()))
+                    .collect();
+                for i in picks {
+                    let (l, k, p, _) = &all[i];
+                    let got = reader.read(*l).unwrap();
+                    assert_eq!(
+                        (&got.kind, got.payload),
+                        (k, &p[..]),
+                        "{ctx}: reader at {l:?}"
+                    );
+                }
+                let late = vec![rng.next() as u8; rng.below(300) as usize];
+                let locs = log
+                    .append(&[Record {
+                        kind: 7,
+                        payload: &late,
+                    }])
+                    .unwrap();
+                let got = reader.read(locs[0]).unwrap();
+                assert_eq!(
+                    (got.kind, got.payload),
+                    (7, &late[..]),
+                    "{ctx}: a later record"
+                );
+                let past = log.end();
+                assert!(reader.read(past).is_err(), "{ctx}: nothing at the end");
+                drop(reader);
+                model.push(vec![(locs[0], 7, late)]);
+            }
+            64..72 => {
                 let all = records(&model);
                 if !all.is_empty() {
                     let (l, k, p, _) = &all[rng.below(all.len() as u64) as usize];
