@@ -6,8 +6,12 @@
 //!
 #![doc = include_str!("../../docs/wire.md")]
 
+use std::cell::RefCell;
+
+use logbook_engine::{HistoryParams, PageEnd, Root};
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
+use serde::ser::{SerializeSeq, SerializeStruct};
+use serde::{Deserialize, Serialize, Serializer};
 use serde_json::value::{to_raw_value, RawValue};
 
 use crate::error::ApiError;
@@ -74,6 +78,89 @@ fn out<T: Serialize>(value: T) -> Result<Box<RawValue>, ApiError> {
         .map_err(|err| ApiError::new(crate::ErrorCode::Io, format!("cannot encode result: {err}")))
 }
 
+/// `history`, written as JSON straight from the rows the engine lends ([`Root::history_each`]),
+/// with no owned copy of each row; the same JSON as [`HistoryPage`]'s.
+///
+/// [`HistoryPage`]: logbook_engine::HistoryPage
+fn history(root: &Root, mut p: HistoryParams) -> Result<Box<RawValue>, ApiError> {
+    // The fence is fixed first, so `through` is written before the rows. A null fence is the
+    // revision now, which is what the engine would resolve it to.
+    if p.through.is_none() {
+        p.through = Some(root.revision(&p.session_id)?);
+    }
+    let page = PageJson {
+        root,
+        params: p,
+        failed: RefCell::new(None),
+    };
+    match to_raw_value(&page) {
+        Ok(raw) => Ok(raw),
+        Err(err) => match page.failed.into_inner() {
+            Some(engine) => Err(engine.into()),
+            None => Err(ApiError::new(
+                crate::ErrorCode::Io,
+                format!("cannot encode result: {err}"),
+            )),
+        },
+    }
+}
+
+/// A history page being read while it is serialised.
+struct PageJson<'a> {
+    root: &'a Root,
+    params: HistoryParams,
+    /// The engine's error, when the read failed (serde carries only a message).
+    failed: RefCell<Option<logbook_engine::EngineError>>,
+}
+
+impl Serialize for PageJson<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let end = RefCell::new(None);
+        let mut st = s.serialize_struct("HistoryPage", 3)?;
+        st.serialize_field("through", &self.params.through)?;
+        st.serialize_field(
+            "rows",
+            &RowsJson {
+                page: self,
+                end: &end,
+            },
+        )?;
+        let end: Option<PageEnd> = end.into_inner();
+        st.serialize_field("nextAfter", &end.and_then(|e| e.next_after))?;
+        st.end()
+    }
+}
+
+struct RowsJson<'p, 'a> {
+    page: &'p PageJson<'a>,
+    end: &'p RefCell<Option<PageEnd>>,
+}
+
+impl Serialize for RowsJson<'_, '_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(None)?;
+        let mut written = Ok(());
+        let read = self
+            .page
+            .root
+            .history_each(self.page.params.clone(), |row| {
+                if written.is_ok() {
+                    written = seq.serialize_element(&row);
+                }
+            });
+        written?;
+        match read {
+            Ok(end) => *self.end.borrow_mut() = Some(end),
+            Err(e) => {
+                let msg = e.to_string();
+                *self.page.failed.borrow_mut() = Some(e);
+                return Err(serde::ser::Error::custom(msg));
+            }
+        }
+        seq.end()
+    }
+}
+
 /// Calls `method` with JSON `params`; `items` receives the streamed items of `readFile`.
 pub fn call(
     host: &Host,
@@ -97,7 +184,7 @@ pub fn call(
             out(root.interaction(&p.session_id, &p.interaction_id)?)
         }
         "respond" => out(root.respond(parse(params)?)?),
-        "history" => out(root.history(parse(params)?)?),
+        "history" => history(root, parse(params)?),
         "source" => out(root.source(parse(params)?)?),
         "watch" => out(root.watch(parse(params)?)?),
         "search" => out(root.search(parse(params)?)?),
@@ -181,5 +268,86 @@ mod tests {
         }
         let err = call(&host, "noSuchMethod", Some(&empty), &mut |_| {}).unwrap_err();
         assert!(err.message.starts_with("unknown method"));
+    }
+
+    #[test]
+    fn history_is_written_from_borrowed_rows_as_the_page_would_be() {
+        use logbook_engine::{
+            AppendParams, CreateSessionParams, Direction, Event, Item, ModelCompletion, UserMessage,
+        };
+        use serde_json::json;
+        let dir = tempfile::tempdir().unwrap();
+        let host = Host::open_or_init(&dir.path().join("root")).unwrap();
+        let root = host.root();
+        root.create_session(CreateSessionParams {
+            session_id: Some("s".into()),
+            workspace: None,
+            operation: "create".into(),
+        })
+        .unwrap();
+        let long = "ü".repeat(40_000);
+        let events = vec![
+            Event::UserMessage(UserMessage {
+                invocation: "i1".into(),
+                text: "hello \"there\"\n".into(),
+                attachments: vec![],
+            }),
+            Event::ModelCompletion(ModelCompletion {
+                invocation: "i1".into(),
+                model: "m".into(),
+                items: vec![
+                    Item::Assistant {
+                        body: long.clone(),
+                        thinking: Some("hmm".into()),
+                    },
+                    Item::ToolCall {
+                        id: "c1".into(),
+                        name: "read".into(),
+                        arguments: "{\"path\": 1".into(),
+                        internal: false,
+                    },
+                ],
+                usage: None,
+            }),
+        ];
+        root.append(AppendParams {
+            session_id: "s".into(),
+            operation: "a1".into(),
+            events,
+        })
+        .unwrap();
+        let mut asked = 0;
+        for through in [None, Some(1), Some(3)] {
+            for direction in [Direction::Forward, Direction::Backward] {
+                let mut after: Option<String> = None;
+                loop {
+                    let params = json!({
+                        "sessionId": "s", "through": through, "after": after,
+                        "limit": 1, "direction": direction,
+                    });
+                    let got = call_value(&host, "history", &params).unwrap();
+                    let want = root
+                        .history(serde_json::from_value(params).unwrap())
+                        .unwrap();
+                    assert_eq!(got, serde_json::to_value(&want).unwrap());
+                    asked += 1;
+                    after = want.next_after;
+                    if after.is_none() {
+                        break;
+                    }
+                }
+            }
+        }
+        assert!(asked > 6, "pages were followed");
+        // Errors keep their codes.
+        let missing = json!({"sessionId": "nope"});
+        let err = call_value(&host, "history", &missing).unwrap_err();
+        assert_eq!(err.code, crate::ErrorCode::NotFound, "{err}");
+        let bad = json!({"sessionId": "s", "after": "not a cursor"});
+        let err = call_value(&host, "history", &bad).unwrap_err();
+        assert_eq!(err.code, crate::ErrorCode::InvalidArgument, "{err}");
+        let beyond = json!({"sessionId": "s", "through": 99});
+        let err = call_value(&host, "history", &beyond).unwrap_err();
+        assert_eq!(err.code, crate::ErrorCode::InvalidArgument, "{err}");
     }
 }

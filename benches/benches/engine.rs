@@ -163,6 +163,25 @@ fn page_forward_all(root: &Root, through: u64) -> usize {
     }
 }
 
+/// [`page_forward_all`] with the rows borrowed ([`Root::history_each`]); adds up the field
+/// bytes so the rows are looked at.
+fn page_forward_each(root: &Root, through: u64) -> (usize, u64) {
+    let (mut after, mut n, mut bytes) = (None, 0usize, 0u64);
+    loop {
+        let params = history_params(after, 1024, Direction::Forward, Some(through));
+        let end = root
+            .history_each(params, |r| {
+                n += 1;
+                bytes += r.fields().map(|(_, f)| f.text.len() as u64).sum::<u64>();
+            })
+            .expect("page");
+        after = end.next_after;
+        if after.is_none() {
+            return (n, bytes);
+        }
+    }
+}
+
 fn build_root(dir: &Path, events: &[Event]) {
     let root = new_root(dir, bulk_options());
     append_batches(&root, batches_of(events));
@@ -400,7 +419,62 @@ fn bench_small(c: &mut Criterion, rows: &[CorpusRow]) {
             n
         })
     });
+    g.bench_function("logbook_borrowed", |b| {
+        b.iter(|| {
+            let (n, bytes) = page_forward_each(&root, through);
+            assert_eq!(n, n_rows);
+            bytes
+        })
+    });
     g.finish();
+    drop(root);
+
+    // The same pages as the server answers them: JSON written from the borrowed rows
+    // (`dispatch::call`, what `logbook serve` runs), against serialising the owned page.
+    let host = logbook_api::Host::open(&dir).expect("host");
+    let mut g = c.benchmark_group(format!("api/history_json_small/{SMALL_EVENT_BYTES}B"));
+    g.throughput(Throughput::Elements(n_rows as u64));
+    g.sample_size(10);
+    g.bench_function("dispatch_borrowed", |b| {
+        b.iter(|| page_json_all(through, |p| dispatch_history(&host, p)))
+    });
+    g.bench_function("owned_page_to_json", |b| {
+        b.iter(|| {
+            page_json_all(through, |p| {
+                let params = serde_json::from_str(p).expect("params");
+                let page = host.root().history(params).expect("page");
+                serde_json::to_string(&page).expect("json")
+            })
+        })
+    });
+    g.finish();
+}
+
+fn dispatch_history(host: &logbook_api::Host, params: &str) -> String {
+    let raw = serde_json::value::RawValue::from_string(params.to_owned()).expect("raw");
+    let answer = logbook_api::dispatch::call(host, "history", Some(&raw), &mut |_| {});
+    answer.expect("history").get().to_owned()
+}
+
+/// Pages forward through Session "s" under `through` with `page` (params JSON to answer
+/// JSON); returns the bytes of JSON answered.
+fn page_json_all(through: u64, mut page: impl FnMut(&str) -> String) -> usize {
+    let (mut after, mut bytes): (Option<String>, usize) = (None, 0);
+    loop {
+        let params = serde_json::json!({
+            "sessionId": "s", "through": through, "after": after, "limit": 1024,
+        })
+        .to_string();
+        let answer = page(&params);
+        bytes += answer.len();
+        // The cursor is the answer's last field; only it is parsed out.
+        let at = answer.rfind("\"nextAfter\":").expect("nextAfter");
+        let rest = &answer[at + "\"nextAfter\":".len()..answer.len() - 1];
+        after = serde_json::from_str(rest).expect("cursor");
+        if after.is_none() {
+            return bytes;
+        }
+    }
 }
 
 fn bench_corpus(c: &mut Criterion, fx: &Fixture) {

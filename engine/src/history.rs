@@ -2,13 +2,14 @@
 
 use crate::cursor::HistoryCursor;
 use crate::error::EngineError;
-use crate::event::{rows_of, Event, RowSource};
+use crate::event::{rows_of, Event, FieldList, RowKind, RowSource};
 use crate::params::{
     Anchor, ContextResult, Direction, FieldText, HistoryPage, HistoryParams, Interaction, Position,
     QueueEntry, Row, SourceParams, TextPage, WatchEvent, WatchResult,
 };
 use crate::session::{Inner, Session};
-use std::collections::BTreeMap;
+use serde::ser::{SerializeMap, SerializeStruct};
+use serde::{Serialize, Serializer};
 
 /// Rows per history page when `limit` is null.
 pub const PAGE_ROWS_DEFAULT: u32 = 128;
@@ -49,8 +50,103 @@ pub(crate) fn fence(inner: &Inner, through: Option<u64>) -> Result<u64, EngineEr
     }
 }
 
-/// The wire row of item `position.item_index` of an event that publishes `rows`.
-fn make_row(rows: &[RowSource<'_>], position: Position) -> Result<Row, EngineError> {
+/// A history row borrowed from the Session for the length of a [`Root::history_each`] call:
+/// the same row as [`Row`] without a copy of its texts.
+///
+/// [`Root::history_each`]: crate::Root::history_each
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowRef<'a> {
+    pub position: Position,
+    pub kind: RowKind,
+    pub invocation: &'a str,
+    fields: FieldList<'a>,
+}
+
+/// A field of a [`RowRef`]: `text` is cut as in [`FieldText`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct FieldRef<'a> {
+    pub text: &'a str,
+    /// UTF-8 length of the whole field.
+    pub bytes: u64,
+    pub truncated: bool,
+}
+
+impl<'a> RowRef<'a> {
+    /// The row's fields as `(name, field)`, in the order of [`RowKind::fields`].
+    pub fn fields(&self) -> impl Iterator<Item = (&'static str, FieldRef<'a>)> + '_ {
+        self.fields.iter().map(|&(name, text)| {
+            let cut = prefix_on_boundary(text, FIELD_TEXT_BYTES_MAX);
+            let field = FieldRef {
+                text: cut,
+                bytes: text.len() as u64,
+                truncated: cut.len() < text.len(),
+            };
+            (name, field)
+        })
+    }
+
+    /// The owned row.
+    pub fn to_row(&self) -> Row {
+        Row {
+            position: self.position,
+            kind: self.kind,
+            invocation: self.invocation.to_owned(),
+            fields: self
+                .fields()
+                .map(|(name, f)| {
+                    let text = FieldText {
+                        text: f.text.to_owned(),
+                        bytes: f.bytes,
+                        truncated: f.truncated,
+                    };
+                    (name.to_owned(), text)
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The same JSON as [`Row`]'s (fields in name order, as its map writes them).
+impl Serialize for RowRef<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        struct Fields<'r, 'a>(&'r RowRef<'a>);
+        impl Serialize for Fields<'_, '_> {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                let mut fields: [Option<(&str, FieldRef<'_>)>; 2] = [None, None];
+                for (slot, f) in fields.iter_mut().zip(self.0.fields()) {
+                    *slot = Some(f);
+                }
+                if let [Some(a), Some(b)] = &fields {
+                    if b.0 < a.0 {
+                        fields.swap(0, 1);
+                    }
+                }
+                let mut m = s.serialize_map(Some(self.0.fields.len()))?;
+                for (name, f) in fields.iter().flatten() {
+                    m.serialize_entry(name, f)?;
+                }
+                m.end()
+            }
+        }
+        let mut st = s.serialize_struct("Row", 4)?;
+        st.serialize_field("position", &self.position)?;
+        st.serialize_field("kind", &self.kind)?;
+        st.serialize_field("invocation", self.invocation)?;
+        st.serialize_field("fields", &Fields(self))?;
+        st.end()
+    }
+}
+
+/// Where a history page ends: the fence it was read under and the cursor to the next page.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PageEnd {
+    pub through: u64,
+    pub next_after: Option<String>,
+}
+
+/// The row of item `position.item_index` of an event that publishes `rows`.
+fn row_ref<'a>(rows: &[RowSource<'a>], position: Position) -> Result<RowRef<'a>, EngineError> {
     let src = rows.get(position.item_index as usize).ok_or_else(|| {
         EngineError::corrupt(
             "row.idx",
@@ -60,28 +156,31 @@ fn make_row(rows: &[RowSource<'_>], position: Position) -> Result<Row, EngineErr
             ),
         )
     })?;
-    let mut fields = BTreeMap::new();
-    for (name, text) in src.fields.iter() {
-        let cut = prefix_on_boundary(text, FIELD_TEXT_BYTES_MAX);
-        fields.insert(
-            (*name).to_owned(),
-            FieldText {
-                text: cut.to_owned(),
-                bytes: text.len() as u64,
-                truncated: cut.len() < text.len(),
-            },
-        );
-    }
-    Ok(Row {
+    Ok(RowRef {
         position,
         kind: src.kind,
-        invocation: src.invocation.to_owned(),
-        fields,
+        invocation: src.invocation,
+        fields: src.fields,
     })
 }
 
 impl Session {
     pub(crate) fn history(&self, p: &HistoryParams) -> Result<HistoryPage, EngineError> {
+        let mut rows = Vec::with_capacity(p.limit.unwrap_or(PAGE_ROWS_DEFAULT) as usize);
+        let end = self.history_each(p, |r| rows.push(r.to_row()))?;
+        Ok(HistoryPage {
+            through: end.through,
+            rows,
+            next_after: end.next_after,
+        })
+    }
+
+    /// The history page `p` asks for, row by row to `each`, borrowed; returns where it ends.
+    pub(crate) fn history_each(
+        &self,
+        p: &HistoryParams,
+        mut each: impl FnMut(RowRef<'_>),
+    ) -> Result<PageEnd, EngineError> {
         let limit = p.limit.unwrap_or(PAGE_ROWS_DEFAULT);
         if limit == 0 || limit > PAGE_ROWS_MAX {
             return Err(EngineError::invalid(format!(
@@ -203,7 +302,6 @@ impl Session {
         // Backward pages show the end of a conversation, which clients read again: their
         // events are cached. Forward pages page through history once: they are not.
         let keep = direction == Direction::Backward;
-        let mut rows = Vec::with_capacity(picked.len());
         let mut reader = None;
         for run in picked.chunk_by(|a, b| a.sequence == b.sequence) {
             self.with_event_rows(&inner, run[0].sequence, keep, &mut reader, |sources| {
@@ -212,25 +310,27 @@ impl Session {
                         source_sequence: e.sequence,
                         item_index: e.item,
                     };
-                    rows.push(make_row(sources, pos)?);
+                    each(row_ref(sources, pos)?);
                 }
                 Ok::<(), EngineError>(())
             })??;
         }
-        let next_after = match (more, rows.last()) {
+        let next_after = match (more, picked.last()) {
             (true, Some(last)) => Some(
                 HistoryCursor {
                     direction,
                     through,
-                    last: last.position,
+                    last: Position {
+                        source_sequence: last.sequence,
+                        item_index: last.item,
+                    },
                 }
                 .encode(&self.id),
             ),
             _ => None,
         };
-        Ok(HistoryPage {
+        Ok(PageEnd {
             through,
-            rows,
             next_after,
         })
     }

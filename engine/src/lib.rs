@@ -90,8 +90,8 @@ pub use event::{
 };
 pub use fork::{ForkFrom, ForkParams, ForkReceiptParams, ForkResult};
 pub use history::{
-    FIELD_TEXT_BYTES_MAX, PAGE_ROWS_DEFAULT, PAGE_ROWS_MAX, SOURCE_BYTES_DEFAULT, SOURCE_BYTES_MAX,
-    WATCH_EVENTS_MAX, WATCH_TIMEOUT_MS_MAX,
+    FieldRef, PageEnd, RowRef, FIELD_TEXT_BYTES_MAX, PAGE_ROWS_DEFAULT, PAGE_ROWS_MAX,
+    SOURCE_BYTES_DEFAULT, SOURCE_BYTES_MAX, WATCH_EVENTS_MAX, WATCH_TIMEOUT_MS_MAX,
 };
 pub use json::{validate_json, RawJson};
 pub use logbook_log::Durability;
@@ -99,7 +99,7 @@ pub use params::*;
 pub use patches::{PatchInfo, ReadPatchParams};
 pub use progress::{Progress, ProgressSink, ProgressUnit};
 pub use root::{
-    Root, RootOptions, SearchIndexing, INDEX_SYNC_INTERVAL, LOCK_WAIT_MAX,
+    Root, RootOptions, SearchIndexing, BLOCK_CACHE_BYTES, INDEX_SYNC_INTERVAL, LOCK_WAIT_MAX,
     READ_ATTACHMENTS_BYTES_MAX, ROOT_FORMAT_VERSION, ROOT_MAGIC, SEND_ATTACHMENTS_MAX,
     SEND_ATTACHMENT_BYTES_MAX, WORKSPACE_BYTES_MAX,
 };

@@ -59,7 +59,13 @@ pub struct RootOptions {
     pub progress: ProgressSink,
     /// When appended rows enter the search index.
     pub search_indexing: SearchIndexing,
+    /// Bytes of decompressed log blocks the Root keeps in memory for all its Sessions
+    /// together (history pages and searches that come back to text read before).
+    pub block_cache_bytes: usize,
 }
+
+/// Default [`RootOptions::block_cache_bytes`]: 1,024 blocks of 64 KiB.
+pub const BLOCK_CACHE_BYTES: usize = 64 << 20;
 
 /// When appended rows enter a Session's search index (the index is derived either way, and a
 /// search always sees every row under its fence).
@@ -82,6 +88,7 @@ impl Default for RootOptions {
             segment_bytes_max: logbook_log::SEGMENT_BYTES_MAX,
             progress: ProgressSink::default(),
             search_indexing: SearchIndexing::OnAppend,
+            block_cache_bytes: BLOCK_CACHE_BYTES,
         }
     }
 }
@@ -106,6 +113,8 @@ pub(crate) struct Registry {
 pub(crate) struct Shared {
     pub(crate) dir: PathBuf,
     pub(crate) options: RootOptions,
+    /// Shared by the logs of every Session of the Root.
+    block_cache: Arc<logbook_log::BlockCache>,
     _lock: File,
     pub(crate) root_log: Log,
     pub(crate) registry: Mutex<Registry>,
@@ -415,6 +424,7 @@ impl Root {
             dir: dir.to_owned(),
             ids: IdGen::new(dir),
             blobs: BlobStore::new(dir),
+            block_cache: logbook_log::BlockCache::new(options.block_cache_bytes),
             options,
             _lock: lock_file,
             root_log,
@@ -807,6 +817,17 @@ impl Root {
         self.session(&p.session_id)?.history(&p)
     }
 
+    /// The page [`Root::history`] returns, handed to `each` row by row with the texts
+    /// borrowed (no copy): for callers that write rows out (the server writes JSON from
+    /// them) or look at a few fields. Returns the fence and the cursor to the next page.
+    pub fn history_each(
+        &self,
+        p: HistoryParams,
+        each: impl FnMut(crate::RowRef<'_>),
+    ) -> Result<crate::PageEnd, EngineError> {
+        self.session(&p.session_id)?.history_each(&p, each)
+    }
+
     pub fn source(&self, p: SourceParams) -> Result<SourcePage, EngineError> {
         self.session(&p.session_id)?.source(&p)
     }
@@ -936,6 +957,7 @@ impl Shared {
         logbook_log::LogConfig {
             segment_bytes_max: self.options.segment_bytes_max,
             durability: self.options.durability,
+            block_cache: Some(Arc::clone(&self.block_cache)),
             ..logbook_log::LogConfig::default()
         }
     }

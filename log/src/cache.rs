@@ -1,58 +1,149 @@
-//! A small LRU of decompressed blocks, so a sequential read decompresses each block once.
+//! Decompressed sealed blocks kept in memory, so reads that come back to a block (a forward
+//! read of its records, a search verifying rows near each other, a repeated query) decompress
+//! it once. One cache may serve many logs (an engine Root shares one among its Sessions):
+//! it is bounded in bytes and drops the least recently used block first.
 
-use std::collections::HashMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 
-/// Decompressed blocks kept in memory (64 KiB each: 4 MiB in all).
-pub const BLOCK_CACHE_BLOCKS: usize = 64;
+/// Bytes of decompressed blocks a log keeps when it is given no cache of its own
+/// ([`crate::LogConfig::block_cache`]): 64 blocks of 64 KiB.
+pub const BLOCK_CACHE_BYTES: usize = 4 << 20;
 
-/// Key: (segment, block index).
+/// Within one log: (segment, block index).
 pub type BlockKey = (u64, u32);
 
-#[derive(Debug)]
+/// A bounded, shared LRU of decompressed blocks. Cheap to share: pass clones of the `Arc`.
 pub struct BlockCache {
-    map: HashMap<BlockKey, (Arc<Vec<u8>>, u64)>,
+    lru: Mutex<Lru>,
+}
+
+/// (log, segment, block index): a block of any log sharing the cache.
+type Key = (u64, u64, u32);
+
+struct Lru {
+    /// key -> (block, last use).
+    map: HashMap<Key, (Arc<Vec<u8>>, u64)>,
+    /// last use -> key, oldest first.
+    order: BTreeMap<u64, Key>,
     tick: u64,
-    cap: usize,
+    bytes: usize,
+    bytes_max: usize,
+}
+
+impl fmt::Debug for BlockCache {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let lru = self.lock();
+        f.debug_struct("BlockCache")
+            .field("blocks", &lru.map.len())
+            .field("bytes", &lru.bytes)
+            .field("bytes_max", &lru.bytes_max)
+            .finish()
+    }
 }
 
 impl BlockCache {
-    pub fn new(cap: usize) -> BlockCache {
-        BlockCache {
-            map: HashMap::with_capacity(cap + 1),
-            tick: 0,
-            cap,
-        }
-    }
-
-    pub fn get(&mut self, key: BlockKey) -> Option<Arc<Vec<u8>>> {
-        self.tick += 1;
-        let tick = self.tick;
-        self.map.get_mut(&key).map(|(b, t)| {
-            *t = tick;
-            Arc::clone(b)
+    /// A cache that holds at most `bytes_max` bytes of blocks (0 keeps none).
+    pub fn new(bytes_max: usize) -> Arc<BlockCache> {
+        Arc::new(BlockCache {
+            lru: Mutex::new(Lru {
+                map: HashMap::new(),
+                order: BTreeMap::new(),
+                tick: 0,
+                bytes: 0,
+                bytes_max,
+            }),
         })
     }
 
-    pub fn insert(&mut self, key: BlockKey, block: Arc<Vec<u8>>) {
+    /// Bytes of blocks held now.
+    pub fn bytes(&self) -> usize {
+        self.lock().bytes
+    }
+
+    /// Blocks held now.
+    pub fn blocks(&self) -> usize {
+        self.lock().map.len()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Lru> {
+        self.lru.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Lru {
+    fn touch(&mut self, key: Key) -> Option<Arc<Vec<u8>>> {
         self.tick += 1;
-        if self.map.len() >= self.cap && !self.map.contains_key(&key) {
-            // Evicting by a linear scan is fine at this size and keeps the structure trivial.
-            if let Some(old) = self
-                .map
-                .iter()
-                .min_by_key(|(_, (_, t))| *t)
-                .map(|(k, _)| *k)
-            {
-                self.map.remove(&old);
-            }
+        let tick = self.tick;
+        let (b, t) = self.map.get_mut(&key)?;
+        self.order.remove(t);
+        *t = tick;
+        self.order.insert(tick, key);
+        Some(Arc::clone(b))
+    }
+
+    fn insert(&mut self, key: Key, block: Arc<Vec<u8>>) {
+        if block.len() > self.bytes_max || self.touch(key).is_some() {
+            return;
         }
+        while self.bytes + block.len() > self.bytes_max {
+            let Some((_, old)) = self.order.pop_first() else {
+                break;
+            };
+            self.remove(old);
+        }
+        self.bytes += block.len();
+        self.order.insert(self.tick, key);
         self.map.insert(key, (block, self.tick));
     }
 
-    /// Drops every block of `segment`.
-    pub fn forget_segment(&mut self, segment: u64) {
-        self.map.retain(|(s, _), _| *s != segment);
+    fn remove(&mut self, key: Key) {
+        if let Some((b, t)) = self.map.remove(&key) {
+            self.order.remove(&t);
+            self.bytes -= b.len();
+        }
+    }
+}
+
+/// One log's view of a (possibly shared) [`BlockCache`]: its blocks are told apart from
+/// other logs' by a number no other log of this process has.
+#[derive(Debug)]
+pub(crate) struct LogCache {
+    cache: Arc<BlockCache>,
+    log: u64,
+}
+
+impl LogCache {
+    pub(crate) fn new(cache: Arc<BlockCache>) -> LogCache {
+        static NEXT_LOG: AtomicU64 = AtomicU64::new(0);
+        LogCache {
+            cache,
+            log: NEXT_LOG.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+
+    pub(crate) fn get(&self, (segment, block): BlockKey) -> Option<Arc<Vec<u8>>> {
+        self.cache.lock().touch((self.log, segment, block))
+    }
+
+    pub(crate) fn insert(&self, (segment, block): BlockKey, b: Arc<Vec<u8>>) {
+        self.cache.lock().insert((self.log, segment, block), b);
+    }
+
+    /// Drops every block of `segment` of this log.
+    pub(crate) fn forget_segment(&self, segment: u64) {
+        let mut lru = self.cache.lock();
+        let keys: Vec<_> = lru
+            .map
+            .keys()
+            .filter(|(l, s, _)| *l == self.log && *s == segment)
+            .copied()
+            .collect();
+        for k in keys {
+            lru.remove(k);
+        }
     }
 }
 
@@ -60,15 +151,47 @@ impl BlockCache {
 mod tests {
     use super::*;
 
+    fn block(len: usize) -> Arc<Vec<u8>> {
+        Arc::new(vec![0; len])
+    }
+
     #[test]
-    fn evicts_least_recently_used() {
-        let mut c = BlockCache::new(2);
-        c.insert((0, 0), Arc::new(vec![0]));
-        c.insert((0, 1), Arc::new(vec![1]));
+    fn evicts_least_recently_used_within_the_byte_bound() {
+        let c = LogCache::new(BlockCache::new(20));
+        c.insert((0, 0), block(10));
+        c.insert((0, 1), block(10));
         assert!(c.get((0, 0)).is_some());
-        c.insert((0, 2), Arc::new(vec![2]));
-        assert!(c.get((0, 1)).is_none());
+        c.insert((0, 2), block(10));
+        assert!(c.get((0, 1)).is_none(), "the least recently used went");
         assert!(c.get((0, 0)).is_some());
         assert!(c.get((0, 2)).is_some());
+        assert_eq!(c.cache.bytes(), 20);
+        c.insert((0, 3), block(15));
+        assert_eq!((c.cache.blocks(), c.cache.bytes()), (1, 15));
+        c.insert((0, 4), block(21));
+        assert!(
+            c.get((0, 4)).is_none(),
+            "a block larger than the cache is not kept"
+        );
+    }
+
+    #[test]
+    fn logs_sharing_a_cache_keep_their_blocks_apart() {
+        let shared = BlockCache::new(100);
+        let (a, b) = (LogCache::new(shared.clone()), LogCache::new(shared.clone()));
+        a.insert((1, 0), Arc::new(vec![1]));
+        b.insert((1, 0), Arc::new(vec![2]));
+        assert_eq!(*a.get((1, 0)).unwrap(), vec![1]);
+        assert_eq!(*b.get((1, 0)).unwrap(), vec![2]);
+        a.insert((2, 0), Arc::new(vec![3]));
+        a.forget_segment(1);
+        assert!(a.get((1, 0)).is_none());
+        assert!(a.get((2, 0)).is_some());
+        assert_eq!(
+            *b.get((1, 0)).unwrap(),
+            vec![2],
+            "the other log's block stays"
+        );
+        assert_eq!((shared.blocks(), shared.bytes()), (2, 2));
     }
 }

@@ -55,7 +55,7 @@ mod log;
 mod sealed;
 mod walk;
 
-pub use crate::cache::BLOCK_CACHE_BLOCKS;
+pub use crate::cache::{BlockCache, BLOCK_CACHE_BYTES};
 pub use crate::error::{ErrorKind, LogError};
 pub use crate::format::{
     BATCH_BYTES_MAX, BLOCK_BYTES, LOG_FORMAT_VERSION, RECORD_PAYLOAD_BYTES_MAX, ZSTD_LEVEL,

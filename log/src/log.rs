@@ -1,6 +1,6 @@
 //! The `Log`: appends with group commit, roll and background sealing, reads, scans, verify.
 
-use crate::cache::{BlockCache, BLOCK_CACHE_BLOCKS};
+use crate::cache::{BlockCache, LogCache, BLOCK_CACHE_BYTES};
 use crate::error::LogError;
 use crate::format::{
     active_name, check_header_versions, cut_name, decode_frame_header, encode_cut_header,
@@ -68,6 +68,9 @@ pub struct LogConfig {
     /// so that commit fdatasyncs overwrite allocated blocks and need no journal commit. Never
     /// past `segment_bytes_max`; 0 turns it off. Not used by `NoSyncBulkImport`.
     pub preallocate_bytes: u64,
+    /// Where decompressed sealed blocks are kept; `None` gives the log a cache of its own of
+    /// [`BLOCK_CACHE_BYTES`]. Logs may share one (an engine Root shares one among its Sessions).
+    pub block_cache: Option<Arc<BlockCache>>,
 }
 
 impl Default for LogConfig {
@@ -76,6 +79,7 @@ impl Default for LogConfig {
             segment_bytes_max: SEGMENT_BYTES_MAX,
             durability: Durability::Sync,
             preallocate_bytes: PREALLOCATE_BYTES,
+            block_cache: None,
         }
     }
 }
@@ -365,7 +369,7 @@ struct Shared {
     writer: Mutex<Writer>,
     commit: Mutex<Commit>,
     commit_cv: Condvar,
-    cache: Mutex<BlockCache>,
+    cache: LogCache,
     seal: Mutex<SealState>,
     seal_cv: Condvar,
     /// Mirror of `Writer::seq`, read without the lock by a gathering leader.
@@ -743,6 +747,12 @@ impl Log {
         to_seal: Vec<u64>,
     ) -> Log {
         let preallocates = preallocated && config.preallocates();
+        let cache = LogCache::new(
+            config
+                .block_cache
+                .clone()
+                .unwrap_or_else(|| BlockCache::new(BLOCK_CACHE_BYTES)),
+        );
         let head = segments
             .keys()
             .next_back()
@@ -775,7 +785,7 @@ impl Log {
             }),
             commit: Mutex::new(Commit::default()),
             commit_cv: Condvar::new(),
-            cache: Mutex::new(BlockCache::new(BLOCK_CACHE_BLOCKS)),
+            cache,
             seal: Mutex::new(SealState::default()),
             seal_cv: Condvar::new(),
             written_seq: AtomicU64::new(0),
@@ -1563,7 +1573,7 @@ impl Shared {
                 len: None,
             },
         );
-        lock(&self.cache).forget_segment(n);
+        self.cache.forget_segment(n);
         self.fs
             .remove_file(&path)
             .map_err(|e| LogError::io(&path, "remove", e))?;

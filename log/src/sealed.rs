@@ -1,7 +1,7 @@
 //! Sealed segments: building the block-compressed file, opening it lazily on first use (header,
 //! footer and block table only), and reading logical bytes through the block cache.
 
-use crate::cache::{BlockCache, BlockKey};
+use crate::cache::{BlockKey, LogCache};
 use crate::error::LogError;
 use crate::format::{
     check_header, decode_block_entry, decode_footer, encode_block_entry, encode_footer,
@@ -12,7 +12,7 @@ use crate::io::{write_all_at, FileSystem};
 use crate::walk::Walk;
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 /// Largest compressed block accepted: zstd's bound for a 64 KiB input is a little above 64 KiB.
 const BLOCK_COMPRESSED_BYTES_MAX: u64 = 2 * BLOCK_BYTES;
@@ -134,7 +134,7 @@ impl SealedSegment {
         &self,
         offset: u64,
         buf: &mut [u8],
-        cache: &Mutex<BlockCache>,
+        cache: &LogCache,
         hint: &mut BlockHint,
     ) -> Result<(), LogError> {
         let mut done = 0usize;
@@ -150,7 +150,7 @@ impl SealedSegment {
         offset: u64,
         len: usize,
         out: &mut Vec<u8>,
-        cache: &Mutex<BlockCache>,
+        cache: &LogCache,
         hint: &mut BlockHint,
     ) -> Result<(), LogError> {
         out.reserve(len);
@@ -166,7 +166,7 @@ impl SealedSegment {
         &self,
         offset: u64,
         len: usize,
-        cache: &Mutex<BlockCache>,
+        cache: &LogCache,
         hint: &'s mut BlockHint,
         scratch: &'s mut Vec<u8>,
     ) -> Result<&'s [u8], LogError> {
@@ -187,7 +187,7 @@ impl SealedSegment {
         &self,
         offset: u64,
         len: usize,
-        cache: &Mutex<BlockCache>,
+        cache: &LogCache,
         hint: &mut BlockHint,
         mut f: impl FnMut(&[u8]),
     ) -> Result<(), LogError> {
@@ -214,7 +214,7 @@ impl SealedSegment {
         &self,
         o: &Opened,
         i: u32,
-        cache: &Mutex<BlockCache>,
+        cache: &LogCache,
         hint: &mut BlockHint,
     ) -> Result<Arc<Vec<u8>>, LogError> {
         let key: BlockKey = (self.segment, i);
@@ -224,13 +224,13 @@ impl SealedSegment {
                 return Ok(Arc::clone(b));
             }
         }
-        let cached = lock(cache).get(key);
+        let cached = cache.get(key);
         let b = match cached {
             Some(b) => b,
             None => {
                 // Decompress outside the lock: other readers keep going meanwhile.
                 let b = Arc::new(self.decompress_block(o, i)?);
-                lock(cache).insert(key, Arc::clone(&b));
+                cache.insert(key, Arc::clone(&b));
                 b
             }
         };
@@ -266,10 +266,6 @@ fn open_file(fs: &dyn FileSystem, path: &Path, segment: u64) -> Result<Opened, L
     let map = f.map().map_err(|e| LogError::io(path, "mmap", e))?;
     let (footer, table) = parse(path, segment, &map)?;
     Ok(Opened { map, footer, table })
-}
-
-fn lock(cache: &Mutex<BlockCache>) -> std::sync::MutexGuard<'_, BlockCache> {
-    cache.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Checks header, footer and block table of a sealed file's bytes (docs/format.md).

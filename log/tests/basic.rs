@@ -431,6 +431,7 @@ fn version_1_segments_open_and_keep_their_rules() {
         segment_bytes_max: 4096,
         durability: Durability::Sync,
         preallocate_bytes: 0,
+        ..LogConfig::default()
     };
     let log = Log::create(&d, c).unwrap();
     for i in 0..3 {

@@ -294,6 +294,7 @@ fn prealloc_cfg(chunk: u64) -> LogConfig {
         segment_bytes_max: 1 << 20,
         durability: Durability::Sync,
         preallocate_bytes: chunk,
+        ..LogConfig::default()
     }
 }
 
@@ -372,6 +373,7 @@ fn the_file_grows_in_chunks_and_rolls_without_zeros() {
         segment_bytes_max: 64 << 10,
         durability: Durability::Sync,
         preallocate_bytes: 16 << 10,
+        ..LogConfig::default()
     };
     let log = Log::create(&d, c.clone()).unwrap();
     let first = d.join("00000000000000000000.active");

@@ -46,15 +46,40 @@ pub fn hist(
     limit: u32,
     dir: Direction,
 ) -> HistoryPage {
-    root.history(HistoryParams {
+    let params = HistoryParams {
         session_id: sid.into(),
         through,
         after,
         limit: Some(limit),
         anchor: None,
         direction: Some(dir),
-    })
-    .expect("history")
+    };
+    let page = root.history(params.clone()).expect("history");
+    // The borrowed form of the same page (under the fence it was read at, as appends may
+    // go on): the same rows, the same JSON, the same end.
+    let (mut rows, mut json) = (Vec::new(), Vec::new());
+    let params = HistoryParams {
+        through: Some(page.through),
+        ..params
+    };
+    let end = root
+        .history_each(params, |r| {
+            rows.push(r.to_row());
+            json.push(serde_json::to_string(&r).expect("json"));
+        })
+        .expect("history_each");
+    assert_eq!(rows, page.rows);
+    let want: Vec<String> = page
+        .rows
+        .iter()
+        .map(|r| serde_json::to_string(r).expect("json"))
+        .collect();
+    assert_eq!(json, want);
+    assert_eq!(
+        (end.through, &end.next_after),
+        (page.through, &page.next_after)
+    );
+    page
 }
 
 pub fn bodies(page: &HistoryPage) -> Vec<String> {
