@@ -30,7 +30,12 @@ fn make(name: &str, segment_bytes_max: u64, batches: u32, torn: usize, prealloc:
     let durability = if prealloc > 0 { Durability::Sync } else { Durability::NoSyncBulkImport };
     let log = Log::create(
         &dir,
-        LogConfig { segment_bytes_max, durability, preallocate_bytes: prealloc },
+        LogConfig {
+            segment_bytes_max,
+            durability,
+            preallocate_bytes: prealloc,
+            ..LogConfig::default()
+        },
     )
     .expect("create");
     for i in 0..batches {
