@@ -821,26 +821,22 @@ impl Log {
 
     /// Reads the record that starts at `at`.
     pub fn read(&self, at: Location) -> Result<OwnedRecord, LogError> {
-        let end = self.end();
-        if at >= end {
-            return Err(LogError::invalid(format!(
-                "no record at {at:?}: the log ends at {end:?}"
-            )));
-        }
-        let (seg, bound) = self.shared.segment_for(at.segment, end)?;
-        let mut st = ReadState::new(READ_ONE_BYTES);
-        let frame = self
-            .shared
-            .read_record(&seg, at.segment, at.offset, bound, &mut st)?;
-        Ok(frame.record.to_owned_record())
+        self.reader_taking(READ_ONE_BYTES)
+            .read(at)
+            .map(RecordRef::to_owned_record)
     }
 
     /// A reader for runs of records (history pages, scans of candidates).
     pub fn reader(&self) -> Reader<'_> {
+        self.reader_taking(READ_WINDOW_BYTES)
+    }
+
+    /// A reader whose active-segment reads take `ahead` bytes.
+    fn reader_taking(&self, ahead: u64) -> Reader<'_> {
         Reader {
             log: self,
             cur: None,
-            st: ReadState::new(READ_WINDOW_BYTES),
+            st: ReadState::new(ahead),
         }
     }
 
