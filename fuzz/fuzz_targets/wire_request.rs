@@ -7,8 +7,12 @@
 //! history, source, watch and mutation paths. Two rewrites keep the process bounded: waiting
 //! requests get `timeoutMs: 0`, and `createSession` gets no workspace (a fuzzed workspace of
 //! `/` would let `readFile` wander the machine's files).
+//!
+//! Lines are inspected as maps of raw values, never as `serde_json::Value`: an id such as
+//! `1e2100` is valid JSON, echoed verbatim by the server, yet beyond what a `Value` can hold.
 #![no_main]
 
+use std::collections::BTreeMap;
 use std::io::{Cursor, Write};
 use std::sync::{Arc, Mutex, OnceLock};
 
@@ -16,7 +20,11 @@ use libfuzzer_sys::fuzz_target;
 use logbook_api::dispatch::WAITING_METHODS;
 use logbook_api::Host;
 use logbook_engine::{Durability, Root, RootOptions};
-use serde_json::{json, Value};
+use serde_json::value::{to_raw_value, RawValue};
+use serde_json::Value;
+
+/// One JSON object, its members left as written.
+type Members = BTreeMap<String, Box<RawValue>>;
 
 struct Fixture {
     _dir: tempfile::TempDir,
@@ -46,7 +54,7 @@ fn fixture() -> &'static Fixture {
         let out = run(&host, input.as_bytes());
         assert_eq!(out.len(), setup.len(), "setup answered");
         for line in &out {
-            assert!(line.get("result").is_some(), "setup failed: {line}");
+            assert!(line.contains_key("result"), "setup failed: {line:?}");
         }
         Fixture { _dir: dir, host }
     })
@@ -66,7 +74,7 @@ impl Write for Sink {
 }
 
 /// Runs the server over `input`; returns the answer lines (without `item` lines).
-fn run(host: &Arc<Host>, input: &[u8]) -> Vec<Value> {
+fn run(host: &Arc<Host>, input: &[u8]) -> Vec<Members> {
     let sink = Sink(Arc::new(Mutex::new(Vec::new())));
     logbook_api::serve::serve(Arc::clone(host), Cursor::new(input), Box::new(sink.clone()))
         .expect("reading from memory cannot fail");
@@ -74,9 +82,8 @@ fn run(host: &Arc<Host>, input: &[u8]) -> Vec<Value> {
     let text = String::from_utf8(bytes).expect("answers are UTF-8");
     let mut answers = Vec::new();
     for line in text.lines() {
-        let v: Value = serde_json::from_str(line)
-            .unwrap_or_else(|e| panic!("answer line is not JSON ({e}): {line}"));
-        let obj = v.as_object().expect("answer is an object");
+        let obj: Members = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("answer line is not a JSON object ({e}): {line}"));
         assert!(obj.contains_key("id"), "answer without id: {line}");
         let tags = ["result", "error", "item"]
             .iter()
@@ -87,6 +94,7 @@ fn run(host: &Arc<Host>, input: &[u8]) -> Vec<Value> {
             "answer must carry exactly one of result/error/item: {line}"
         );
         if let Some(err) = obj.get("error") {
+            let err: Value = serde_json::from_str(err.get()).expect("an error body is plain JSON");
             let code = err["code"].as_str().expect("error code is a string");
             assert!(
                 [
@@ -106,7 +114,7 @@ fn run(host: &Arc<Host>, input: &[u8]) -> Vec<Value> {
             assert!(err["message"].is_string(), "error without message: {line}");
         }
         if !obj.contains_key("item") {
-            answers.push(v);
+            answers.push(obj);
         }
     }
     answers
@@ -114,34 +122,46 @@ fn run(host: &Arc<Host>, input: &[u8]) -> Vec<Value> {
 
 /// Bounds a request that would wait or read outside the Root; other lines pass untouched.
 fn tame(line: &[u8]) -> Vec<u8> {
-    let Ok(mut v) = serde_json::from_slice::<Value>(line) else {
+    let Ok(mut request) = serde_json::from_slice::<Members>(line) else {
         return line.to_vec();
     };
-    let Some(method) = v.get("method").and_then(Value::as_str).map(str::to_owned) else {
+    let Some(method) = request
+        .get("method")
+        .and_then(|m| serde_json::from_str::<String>(m.get()).ok())
+    else {
         return line.to_vec();
     };
     let waiting = WAITING_METHODS.contains(&method.as_str());
     if !waiting && method != "createSession" {
         return line.to_vec();
     }
-    match v.get_mut("params") {
-        Some(Value::Object(p)) => {
-            if waiting {
-                p.insert("timeoutMs".into(), json!(0));
-            } else {
-                p.insert("workspace".into(), Value::Null);
-            }
-        }
-        // Not an object: the dispatcher refuses it without waiting.
-        _ => return line.to_vec(),
-    }
-    serde_json::to_vec(&v).expect("a Value always encodes")
+    // Not an object: the dispatcher refuses it without waiting.
+    let Some(mut params) = request
+        .get("params")
+        .and_then(|p| serde_json::from_str::<Members>(p.get()).ok())
+    else {
+        return line.to_vec();
+    };
+    let (key, value) = if waiting {
+        ("timeoutMs", "0")
+    } else {
+        ("workspace", "null")
+    };
+    params.insert(
+        key.into(),
+        RawValue::from_string(value.into()).expect("a JSON literal"),
+    );
+    request.insert(
+        "params".into(),
+        to_raw_value(&params).expect("raw members encode"),
+    );
+    serde_json::to_vec(&request).expect("raw members encode")
 }
 
 /// A line the server must answer under its own id (serde refuses duplicate keys here too).
 #[derive(serde::Deserialize)]
 struct WellFormed {
-    id: Option<Value>,
+    id: Option<Box<RawValue>>,
     #[allow(dead_code)]
     method: String,
 }
@@ -169,7 +189,7 @@ fuzz_target!(|data: &[u8]| {
         "every input line gets exactly one answer"
     );
     // Requests with a readable id are answered under that id.
-    let ids: Vec<Option<Value>> = input
+    let ids: Vec<Option<Box<RawValue>>> = input
         .split(|&b| b == b'\n')
         .take(lines)
         .map(|l| {
@@ -181,10 +201,10 @@ fuzz_target!(|data: &[u8]| {
                 .and_then(|r| r.id)
         })
         .collect();
-    let mut answered: Vec<String> = answers.iter().map(|a| a["id"].to_string()).collect();
+    let mut answered: Vec<&str> = answers.iter().map(|a| a["id"].get()).collect();
     answered.sort();
     for id in ids.into_iter().flatten() {
-        if let Ok(i) = answered.binary_search(&id.to_string()) {
+        if let Ok(i) = answered.binary_search(&id.get()) {
             answered.remove(i);
         } else {
             panic!("request id {id} got no answer under its id");
