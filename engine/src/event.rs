@@ -645,8 +645,59 @@ pub(crate) struct ModelCompletionRef<'a> {
     invocation: &'a str,
     _model: &'a str,
     #[serde(borrow)]
-    items: Vec<ItemBinBorrowed<'a>>,
+    items: SeqInline<ItemBinBorrowed<'a>>,
     _usage: Option<Usage>,
+}
+
+/// A sequence decoded with a lone element held inline (no allocation): most completions hold
+/// one item, and a history page decodes one completion per row.
+enum SeqInline<T> {
+    One([T; 1]),
+    Many(Vec<T>),
+}
+
+impl<T> std::ops::Deref for SeqInline<T> {
+    type Target = [T];
+
+    fn deref(&self) -> &[T] {
+        match self {
+            SeqInline::One(one) => one,
+            SeqInline::Many(v) => v,
+        }
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for SeqInline<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Seq<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Seq<T> {
+            type Value = SeqInline<T>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a sequence")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                let Some(first) = seq.next_element()? else {
+                    return Ok(SeqInline::Many(Vec::new()));
+                };
+                let Some(second) = seq.next_element()? else {
+                    return Ok(SeqInline::One([first]));
+                };
+                // The hint comes from the bytes: bounded so a damaged length cannot reserve much.
+                let hint = seq.size_hint().unwrap_or(0).min(1024);
+                let mut v = Vec::with_capacity(hint + 2);
+                v.push(first);
+                v.push(second);
+                while let Some(x) = seq.next_element()? {
+                    v.push(x);
+                }
+                Ok(SeqInline::Many(v))
+            }
+        }
+        d.deserialize_seq(Seq(std::marker::PhantomData))
+    }
 }
 
 #[derive(Deserialize)]

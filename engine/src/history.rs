@@ -10,6 +10,7 @@ use crate::params::{
 use crate::session::{Inner, Session};
 use serde::ser::{SerializeMap, SerializeStruct};
 use serde::{Serialize, Serializer};
+use std::collections::BTreeMap;
 
 /// Rows per history page when `limit` is null.
 pub const PAGE_ROWS_DEFAULT: u32 = 128;
@@ -87,21 +88,22 @@ impl<'a> RowRef<'a> {
 
     /// The owned row.
     pub fn to_row(&self) -> Row {
+        // Inserted one by one: `collect` would sort the one or two fields in a vector of its
+        // own first, an allocation per row.
+        let mut fields = BTreeMap::new();
+        for (name, f) in self.fields() {
+            let text = FieldText {
+                text: f.text.to_owned(),
+                bytes: f.bytes,
+                truncated: f.truncated,
+            };
+            fields.insert(name.to_owned(), text);
+        }
         Row {
             position: self.position,
             kind: self.kind,
             invocation: self.invocation.to_owned(),
-            fields: self
-                .fields()
-                .map(|(name, f)| {
-                    let text = FieldText {
-                        text: f.text.to_owned(),
-                        bytes: f.bytes,
-                        truncated: f.truncated,
-                    };
-                    (name.to_owned(), text)
-                })
-                .collect(),
+            fields,
         }
     }
 }

@@ -689,11 +689,12 @@ impl Session {
         Ok(Event::clone(&*self.event_arc(inner, sequence)?))
     }
 
-    /// Calls `f` with the rows event `sequence` publishes. A cached event is used as it is; else
-    /// the record is read and, with `keep`, decoded and cached, or without, decoded with its
-    /// texts borrowed from the bytes the log read (no copy but the ones `f` makes). Bulk reads
-    /// pass `keep = false` so they do not push the recently used events out of the cache, and
-    /// one `reader` for all their events, so records next to each other are read together.
+    /// Calls `f` with the rows event `sequence` publishes. With `keep`, the event comes from the
+    /// cache (read, decoded and cached when missing); without, the record is read through
+    /// `reader` and decoded with its texts borrowed from the bytes the log read (no copy but
+    /// the ones `f` makes). Bulk reads pass `keep = false`, so they do not push the recently
+    /// used events out of the cache, and one `reader` for all their events, so records next
+    /// to each other are read together.
     pub(crate) fn with_event_rows<'s, R>(
         &'s self,
         inner: &Inner,
@@ -708,13 +709,12 @@ impl Session {
                 .session
                 .with_event_rows(&b.session.read(), sequence, keep, &mut None, f);
         }
-        if let Some(e) = lock_cache(&self.cache).get(sequence) {
-            return Ok(f(&rows_of(&e)));
-        }
         if keep {
             let e = self.event_arc(inner, sequence)?;
             return Ok(f(&rows_of(&e)));
         }
+        // Without `keep` the cache is not looked at either: reading the record through the
+        // bulk reader costs less than taking the cache's lock for every event of a long run.
         let loc = self.location_of(inner, sequence)?;
         let record = reader
             .get_or_insert_with(|| self.log.reader())

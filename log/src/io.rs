@@ -24,6 +24,14 @@ pub trait IoFile: Send + Sync + fmt::Debug {
     fn set_len(&self, len: u64) -> io::Result<()>;
     /// A read-only map of the whole file (sealed segments only, which are never modified).
     fn map(&self) -> io::Result<memmap2::Mmap>;
+    /// A read-only map of the first `len` bytes of the file's range, which may run past the
+    /// file's current end (the newest segment grows under it). The log reads such a map only
+    /// below the file's length and only bytes it published, which are never rewritten.
+    /// `Ok(None)` (the default) means no map: reads go through [`IoFile::read_at`].
+    fn map_ahead(&self, len: u64) -> io::Result<Option<memmap2::Mmap>> {
+        let _ = len;
+        Ok(None)
+    }
 }
 
 /// Directory-level operations.
@@ -110,6 +118,13 @@ impl IoFile for RealFile {
         // SAFETY: the log maps only sealed segments, which nothing modifies or truncates while
         // they exist (the rule in docs/format.md); the map is read only.
         unsafe { memmap2::Mmap::map(&self.0) }
+    }
+    fn map_ahead(&self, len: u64) -> io::Result<Option<memmap2::Mmap>> {
+        let len = usize::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: read only; the log touches the map only below the file's length (looked up
+        // after the bytes were written) and only bytes it published, which it never rewrites or
+        // truncates while the file is open (a roll cuts only the zero region past them).
+        unsafe { memmap2::MmapOptions::new().len(len).map(&self.0) }.map(Some)
     }
 }
 
@@ -325,6 +340,10 @@ impl IoFile for FaultyFile {
     }
     fn map(&self) -> io::Result<memmap2::Mmap> {
         self.inner.map()
+    }
+    fn map_ahead(&self, _len: u64) -> io::Result<Option<memmap2::Mmap>> {
+        // No map: every read of the newest segment goes through `read_at`, where faults are.
+        Ok(None)
     }
 }
 

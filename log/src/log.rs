@@ -16,6 +16,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::OnceLock;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -293,6 +294,40 @@ pub struct VerifyReport {
 struct ActiveSeg {
     file: Arc<dyn IoFile>,
     path: PathBuf,
+    /// Length of the map made on first read: the segment's size limit, or the file's length
+    /// then if larger. Reads past it go through `read_at`.
+    map_len: u64,
+    /// The map of the segment's range (see [`IoFile::map_ahead`]), made on first read; `None`
+    /// when the file system gives none or mapping failed (reads go through `read_at`).
+    map: OnceLock<Option<memmap2::Mmap>>,
+    /// The file's length at the last look: the map is read below it only.
+    in_file: AtomicU64,
+}
+
+impl ActiveSeg {
+    /// Bytes `[from, to)` lent from the map, when there is one and they are in the file. None
+    /// sends the caller to `read_at` (which also flushes bytes still in the writer's buffer).
+    fn mapped(&self, from: u64, to: u64) -> Option<&[u8]> {
+        let map = self
+            .map
+            .get_or_init(|| {
+                let len = self.file.len().unwrap_or(0).max(self.map_len);
+                self.file.map_ahead(len).ok().flatten()
+            })
+            .as_ref()?;
+        if to > map.len() as u64 {
+            return None;
+        }
+        if to > self.in_file.load(Ordering::Acquire) {
+            // The file grew since the last look (or the bytes are still buffered).
+            let len = self.file.len().ok()?;
+            self.in_file.fetch_max(len, Ordering::AcqRel);
+            if to > len {
+                return None;
+            }
+        }
+        Some(&map[from as usize..to as usize])
+    }
 }
 
 #[derive(Clone, Debug)]
@@ -302,10 +337,13 @@ enum Seg {
 }
 
 impl Seg {
-    fn active(file: &Arc<dyn IoFile>, path: &Path) -> Seg {
+    fn active(file: &Arc<dyn IoFile>, path: &Path, config: &LogConfig) -> Seg {
         Seg::Active(Arc::new(ActiveSeg {
             file: Arc::clone(file),
             path: path.to_path_buf(),
+            map_len: config.segment_bytes_max,
+            map: OnceLock::new(),
+            in_file: AtomicU64::new(0),
         }))
     }
 }
@@ -515,7 +553,7 @@ impl Log {
         segments.insert(
             0,
             SegEntry {
-                seg: Seg::active(&file, &path),
+                seg: Seg::active(&file, &path, &config),
                 len: None,
             },
         );
@@ -671,7 +709,7 @@ impl Log {
             segments.insert(
                 n,
                 SegEntry {
-                    seg: Seg::active(&f, &active_path),
+                    seg: Seg::active(&f, &active_path, &config),
                     len: (n != last).then_some(len),
                 },
             );
@@ -687,7 +725,7 @@ impl Log {
                 segments.insert(
                     n,
                     SegEntry {
-                        seg: Seg::active(&f, &p),
+                        seg: Seg::active(&f, &p, &config),
                         len: None,
                     },
                 );
@@ -1345,7 +1383,7 @@ impl Shared {
             m.insert(
                 new,
                 SegEntry {
-                    seg: Seg::active(&file, &path),
+                    seg: Seg::active(&file, &path, &self.config),
                     len: None,
                 },
             );
@@ -1449,7 +1487,7 @@ impl Shared {
     /// the sealed block it holds, or its scratch buffer when the record spans blocks).
     fn read_record<'s>(
         &self,
-        seg: &Seg,
+        seg: &'s Seg,
         segment: u64,
         offset: u64,
         bound: u64,
@@ -1464,13 +1502,16 @@ impl Shared {
         let mut h = [0u8; FRAME_HEADER_BYTES as usize];
         match seg {
             Seg::Sealed(_) => self.read_bytes(seg, offset, &mut h, &mut st.hint)?,
-            Seg::Active(_) => {
-                // One read takes the header and the records after it (every byte read is
-                // below `bound`, so published and never rewritten).
-                let n = (bound - offset).min(st.ahead);
-                self.window_over(seg, segment, offset, FRAME_HEADER_BYTES, n, &mut st.window)?;
-                h.copy_from_slice(st.window.get(offset, FRAME_HEADER_BYTES));
-            }
+            Seg::Active(a) => match a.mapped(offset, offset + FRAME_HEADER_BYTES) {
+                Some(bytes) => h.copy_from_slice(bytes),
+                None => {
+                    // One read takes the header and the records after it (every byte read is
+                    // below `bound`, so published and never rewritten).
+                    let n = (bound - offset).min(st.ahead);
+                    self.window_over(seg, segment, offset, FRAME_HEADER_BYTES, n, &mut st.window)?;
+                    h.copy_from_slice(st.window.get(offset, FRAME_HEADER_BYTES));
+                }
+            },
         }
         let fh = decode_frame_header(&h, segment, offset).map_err(|_| {
             LogError::corrupt(
@@ -1496,11 +1537,14 @@ impl Shared {
             Seg::Sealed(s) => {
                 s.slice(at, len as usize, &self.cache, &mut st.hint, &mut st.scratch)?
             }
-            Seg::Active(_) => {
-                let n = fh.frame_len().max((bound - offset).min(st.ahead));
-                self.window_over(seg, segment, offset, fh.frame_len(), n, &mut st.window)?;
-                st.window.get(at, len)
-            }
+            Seg::Active(a) => match a.mapped(at, at + len) {
+                Some(bytes) => bytes,
+                None => {
+                    let n = fh.frame_len().max((bound - offset).min(st.ahead));
+                    self.window_over(seg, segment, offset, fh.frame_len(), n, &mut st.window)?;
+                    st.window.get(at, len)
+                }
+            },
         };
         if !crate::format::check_payload(&h, &fh, segment, offset, payload) {
             return Err(LogError::corrupt(path, offset, "record checksum mismatch"));
