@@ -1229,4 +1229,43 @@ mod tests {
             assert!(rest.is_empty(), "{}", e.kind());
         }
     }
+
+    #[test]
+    fn borrowed_decoding_refuses_texts_that_are_not_utf8() {
+        let long = format!("{}é{}", "x".repeat(100), "y".repeat(100));
+        let user = Event::UserMessage(UserMessage {
+            invocation: "i".into(),
+            text: long.clone(),
+            attachments: vec![],
+        });
+        let completion = Event::ModelCompletion(ModelCompletion {
+            invocation: "i".into(),
+            model: "m".into(),
+            items: vec![Item::Assistant {
+                body: "b".into(),
+                thinking: Some(long),
+            }],
+            usage: None,
+        });
+        for e in [user, completion] {
+            let mut bytes = postcard(&e);
+            let at = bytes
+                .windows(2)
+                .position(|w| w == "é".as_bytes())
+                .expect("the é");
+            assert!(postcard::from_bytes::<EventBorrowed<'_>>(&bytes).is_ok());
+            assert!(postcard::from_bytes::<Event>(&bytes).is_ok());
+            bytes[at + 1] = b'(';
+            assert!(
+                postcard::from_bytes::<EventBorrowed<'_>>(&bytes).is_err(),
+                "{}",
+                e.kind()
+            );
+            assert!(
+                postcard::from_bytes::<Event>(&bytes).is_err(),
+                "{}",
+                e.kind()
+            );
+        }
+    }
 }

@@ -54,11 +54,14 @@ impl RowEntry {
     }
 
     pub(crate) fn decode(b: &[u8]) -> Option<RowEntry> {
+        // One length check, then fixed offsets (a history page decodes an entry per row).
+        let b: &[u8; ROW_ENTRY_BYTES as usize] = b.try_into().ok()?;
+        let sequence = u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
         Some(RowEntry {
-            sequence: u64::from_le_bytes(b.get(0..8)?.try_into().ok()?),
-            item: u32::from_le_bytes(b.get(8..12)?.try_into().ok()?),
-            kind: RowKind::from_code(*b.get(12)?)?,
-            hidden: b.get(13)? & ROW_FLAG_HIDDEN != 0,
+            sequence,
+            item: u32::from_le_bytes([b[8], b[9], b[10], b[11]]),
+            kind: RowKind::from_code(b[12])?,
+            hidden: b[13] & ROW_FLAG_HIDDEN != 0,
         })
     }
 

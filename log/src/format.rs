@@ -165,10 +165,16 @@ pub fn check_header_versions(
     Ok(version)
 }
 
-fn frame_seed(segment: u64, offset: u64) -> crc32fast::Hasher {
+/// A checksum started over the frame's segment number, offset and `head` (at most the 20
+/// header bytes a checksum covers), given to the hasher in one piece: small updates cost
+/// more than the bytes they add.
+fn frame_seed(segment: u64, offset: u64, head: &[u8]) -> crc32fast::Hasher {
+    let mut b = [0u8; 36];
+    b[0..8].copy_from_slice(&segment.to_le_bytes());
+    b[8..16].copy_from_slice(&offset.to_le_bytes());
+    b[16..16 + head.len()].copy_from_slice(head);
     let mut h = crc32fast::Hasher::new();
-    h.update(&segment.to_le_bytes());
-    h.update(&offset.to_le_bytes());
+    h.update(&b[..16 + head.len()]);
     h
 }
 
@@ -191,12 +197,10 @@ pub fn encode_frame(
     h[4] = kind;
     h[5] = if end_of_batch { FLAG_END_OF_BATCH } else { 0 };
     h[8..16].copy_from_slice(&durable_mark.to_le_bytes());
-    let mut rc = frame_seed(segment, offset);
-    rc.update(&h[0..16]);
+    let mut rc = frame_seed(segment, offset, &h[0..16]);
     rc.update(payload);
     h[16..20].copy_from_slice(&rc.finalize().to_le_bytes());
-    let mut hc = frame_seed(segment, offset);
-    hc.update(&h[0..20]);
+    let hc = frame_seed(segment, offset, &h[0..20]);
     h[20..24].copy_from_slice(&hc.finalize().to_le_bytes());
     out.extend_from_slice(&h);
     out.extend_from_slice(payload);
@@ -239,8 +243,7 @@ pub fn decode_frame_header(
     segment: u64,
     offset: u64,
 ) -> Result<FrameHeader, HeaderFault> {
-    let mut hc = frame_seed(segment, offset);
-    hc.update(&h[0..20]);
+    let hc = frame_seed(segment, offset, &h[0..20]);
     if hc.finalize() != le_u32(h, 20) {
         return Err(HeaderFault::Checksum);
     }
@@ -277,8 +280,7 @@ pub fn check_payload(
     offset: u64,
     payload: &[u8],
 ) -> bool {
-    let mut rc = frame_seed(segment, offset);
-    rc.update(&h[0..16]);
+    let mut rc = frame_seed(segment, offset, &h[0..16]);
     rc.update(payload);
     rc.finalize() == header.record_crc
 }
