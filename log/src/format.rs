@@ -217,7 +217,7 @@ pub struct FrameHeader {
     pub end_of_batch: bool,
     /// See docs/format.md: bytes below this were durable when the frame was written.
     pub durable_mark: u64,
-    /// Record CRC (checked against the payload by [`check_payload`]).
+    /// Record CRC (checked against the payload by [`PayloadCheck::matches`]).
     pub record_crc: u32,
 }
 
@@ -243,7 +243,20 @@ pub fn decode_frame_header(
     segment: u64,
     offset: u64,
 ) -> Result<FrameHeader, HeaderFault> {
-    let hc = frame_seed(segment, offset, &h[0..20]);
+    decode_frame_header_check(h, segment, offset).map(|(fh, _)| fh)
+}
+
+/// [`decode_frame_header`], also giving the check of the payload that follows. Both
+/// checksums start with the segment, offset and first 16 header bytes; that part is
+/// computed once.
+pub fn decode_frame_header_check(
+    h: &[u8; FRAME_HEADER_BYTES as usize],
+    segment: u64,
+    offset: u64,
+) -> Result<(FrameHeader, PayloadCheck), HeaderFault> {
+    let prefix = frame_seed(segment, offset, &h[0..16]);
+    let mut hc = prefix.clone();
+    hc.update(&h[16..20]);
     if hc.finalize() != le_u32(h, 20) {
         return Err(HeaderFault::Checksum);
     }
@@ -254,13 +267,35 @@ pub fn decode_frame_header(
     if u64::from(len) > RECORD_PAYLOAD_BYTES_MAX {
         return Err(HeaderFault::Field);
     }
-    Ok(FrameHeader {
+    let fh = FrameHeader {
         len,
         kind: h[4],
         end_of_batch: h[5] & FLAG_END_OF_BATCH != 0,
         durable_mark: le_u64(h, 8),
         record_crc: le_u32(h, 16),
-    })
+    };
+    Ok((
+        fh,
+        PayloadCheck {
+            prefix,
+            crc: fh.record_crc,
+        },
+    ))
+}
+
+/// The record checksum of one frame, its header part already computed.
+#[derive(Clone, Debug)]
+pub struct PayloadCheck {
+    prefix: crc32fast::Hasher,
+    crc: u32,
+}
+
+impl PayloadCheck {
+    /// Whether the record checksum over the header and `payload` matches.
+    pub fn matches(mut self, payload: &[u8]) -> bool {
+        self.prefix.update(payload);
+        self.prefix.finalize() == self.crc
+    }
 }
 
 /// Quick filter before computing a header checksum while searching for frames byte by byte.
@@ -270,19 +305,6 @@ pub fn plausible_frame_header(h: &[u8]) -> bool {
         && h[6] == 0
         && h[7] == 0
         && u64::from(le_u32(h, 0)) <= RECORD_PAYLOAD_BYTES_MAX
-}
-
-/// Checks the record CRC over header and payload.
-pub fn check_payload(
-    h: &[u8; FRAME_HEADER_BYTES as usize],
-    header: &FrameHeader,
-    segment: u64,
-    offset: u64,
-    payload: &[u8],
-) -> bool {
-    let mut rc = frame_seed(segment, offset, &h[0..16]);
-    rc.update(payload);
-    rc.finalize() == header.record_crc
 }
 
 /// One entry of a sealed segment's block table.
@@ -429,8 +451,10 @@ mod tests {
         assert_eq!(fh.len, 5);
         assert_eq!(fh.kind, 7);
         assert!(fh.end_of_batch);
-        assert!(check_payload(&h, &fh, 3, 32, b"hello"));
-        assert!(!check_payload(&h, &fh, 3, 32, b"hellp"));
+        let (same, check) = decode_frame_header_check(&h, 3, 32).unwrap();
+        assert_eq!(same, fh);
+        assert!(check.clone().matches(b"hello"));
+        assert!(!check.matches(b"hellp"));
         assert_eq!(decode_frame_header(&h, 3, 33), Err(HeaderFault::Checksum));
         assert_eq!(decode_frame_header(&h, 4, 32), Err(HeaderFault::Checksum));
     }

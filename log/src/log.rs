@@ -3,7 +3,7 @@
 use crate::cache::{BlockCache, LogCache, BLOCK_CACHE_BYTES};
 use crate::error::LogError;
 use crate::format::{
-    active_name, check_header_versions, cut_name, decode_frame_header, encode_cut_header,
+    active_name, check_header_versions, cut_name, decode_frame_header_check, encode_cut_header,
     encode_frame, encode_header, parse_name, sealed_name, FileRole, ACTIVE_FORMAT,
     ACTIVE_VERSION_OLDEST, ACTIVE_VERSION_PREALLOCATED, BATCH_BYTES_MAX, CUT_HEADER_BYTES,
     FRAME_HEADER_BYTES, HEADER_BYTES, RECORD_PAYLOAD_BYTES_MAX,
@@ -199,10 +199,11 @@ struct ReadState {
 }
 
 impl ReadState {
-    fn new(ahead: u64) -> ReadState {
+    /// `bulk`: the reader reads runs of records (see [`BlockHint`]).
+    fn new(ahead: u64, bulk: bool) -> ReadState {
         ReadState {
             ahead,
-            hint: None,
+            hint: BlockHint::new(bulk),
             window: Window::default(),
             scratch: Vec::new(),
         }
@@ -859,22 +860,24 @@ impl Log {
 
     /// Reads the record that starts at `at`.
     pub fn read(&self, at: Location) -> Result<OwnedRecord, LogError> {
-        self.reader_taking(READ_ONE_BYTES)
+        self.reader_taking(READ_ONE_BYTES, false)
             .read(at)
             .map(RecordRef::to_owned_record)
     }
 
-    /// A reader for runs of records (history pages, scans of candidates).
+    /// A reader for runs of records (history pages, scans of candidates). It reads in bulk:
+    /// sealed blocks it decompresses enter the block cache as the first to go, so a long run
+    /// does not push out the blocks other reads use.
     pub fn reader(&self) -> Reader<'_> {
-        self.reader_taking(READ_WINDOW_BYTES)
+        self.reader_taking(READ_WINDOW_BYTES, true)
     }
 
     /// A reader whose active-segment reads take `ahead` bytes.
-    fn reader_taking(&self, ahead: u64) -> Reader<'_> {
+    fn reader_taking(&self, ahead: u64, bulk: bool) -> Reader<'_> {
         Reader {
             log: self,
             cur: None,
-            st: ReadState::new(ahead),
+            st: ReadState::new(ahead, bulk),
         }
     }
 
@@ -899,7 +902,7 @@ impl Log {
             pos: from,
             end,
             cur: None,
-            st: ReadState::new(READ_WINDOW_BYTES),
+            st: ReadState::new(READ_WINDOW_BYTES, true),
             error,
             done: false,
         }
@@ -1513,7 +1516,7 @@ impl Shared {
                 }
             },
         }
-        let fh = decode_frame_header(&h, segment, offset).map_err(|_| {
+        let (fh, check) = decode_frame_header_check(&h, segment, offset).map_err(|_| {
             LogError::corrupt(
                 path,
                 offset,
@@ -1546,7 +1549,7 @@ impl Shared {
                 }
             },
         };
-        if !crate::format::check_payload(&h, &fh, segment, offset, payload) {
+        if !check.matches(payload) {
             return Err(LogError::corrupt(path, offset, "record checksum mismatch"));
         }
         Ok(Frame {
@@ -1578,7 +1581,7 @@ impl Shared {
         // Every byte is overwritten by the read: only growth needs filling.
         window.bytes.truncate(fill as usize);
         window.bytes.resize(fill as usize, 0);
-        let read = self.read_bytes(seg, offset, &mut window.bytes, &mut None);
+        let read = self.read_bytes(seg, offset, &mut window.bytes, &mut BlockHint::default());
         if read.is_err() {
             window.bytes.clear();
         }
@@ -1645,7 +1648,7 @@ impl Shared {
                             &e.seg,
                             HEADER_BYTES,
                             &mut data[HEADER_BYTES as usize..],
-                            &mut None,
+                            &mut BlockHint::default(),
                         )?;
                     }
                     data

@@ -179,7 +179,10 @@ impl SealedSegment {
         }
         let o = self.opened()?;
         self.block(o, (at / BLOCK_BYTES) as u32, cache, hint)?;
-        let (_, block) = hint.as_ref().expect("block() keeps the block in the hint");
+        let (_, block) = hint
+            .last
+            .as_ref()
+            .expect("block() keeps the block in the hint");
         Ok(&block[within..within + len])
     }
 
@@ -219,7 +222,7 @@ impl SealedSegment {
     ) -> Result<Arc<Vec<u8>>, LogError> {
         let key: BlockKey = (self.segment, i);
         // A reader walking forward asks for the same block hundreds of times in a row.
-        if let Some((k, b)) = hint {
+        if let Some((k, b)) = &hint.last {
             if *k == key {
                 return Ok(Arc::clone(b));
             }
@@ -230,17 +233,30 @@ impl SealedSegment {
             None => {
                 // Decompress outside the lock: other readers keep going meanwhile.
                 let b = Arc::new(self.decompress_block(o, i)?);
-                cache.insert(key, Arc::clone(&b));
+                cache.insert(key, Arc::clone(&b), hint.bulk);
                 b
             }
         };
-        *hint = Some((key, Arc::clone(&b)));
+        hint.last = Some((key, Arc::clone(&b)));
         Ok(b)
     }
 }
 
-/// The last block a reader used, kept by the reader to skip the shared cache.
-pub type BlockHint = Option<(BlockKey, Arc<Vec<u8>>)>;
+/// What a reader keeps between reads of sealed blocks: the block it used last (a run of
+/// records in one block skips the shared cache) and whether it reads in bulk (its misses enter
+/// the cache as the first to go; see `cache`).
+#[derive(Default)]
+pub struct BlockHint {
+    last: Option<(BlockKey, Arc<Vec<u8>>)>,
+    pub(crate) bulk: bool,
+}
+
+impl BlockHint {
+    /// A hint for a reader that reads in bulk or not.
+    pub(crate) fn new(bulk: bool) -> BlockHint {
+        BlockHint { last: None, bulk }
+    }
+}
 
 thread_local! {
     static DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { RefCell::new(None) };

@@ -2,8 +2,8 @@
 //! docs/format.md ("The durable mark, and what a torn tail is").
 
 use crate::format::{
-    check_payload, decode_frame_header, plausible_frame_header, HeaderFault, FRAME_HEADER_BYTES,
-    HEADER_BYTES,
+    decode_frame_header, decode_frame_header_check, plausible_frame_header, HeaderFault,
+    FRAME_HEADER_BYTES, HEADER_BYTES,
 };
 
 /// What a walk over a logical stream found.
@@ -99,7 +99,7 @@ pub fn frame_at_base(
     let h: &[u8; FRAME_HEADER_BYTES as usize] = data[rel as usize..hdr_end as usize]
         .try_into()
         .expect("slice is exactly one frame header");
-    let fh = decode_frame_header(h, segment, pos).map_err(|f| match f {
+    let (fh, check) = decode_frame_header_check(h, segment, pos).map_err(|f| match f {
         HeaderFault::Checksum => "frame header checksum mismatch",
         HeaderFault::Field => "frame header field out of range",
     })?;
@@ -107,7 +107,7 @@ pub fn frame_at_base(
     if end > len {
         return Err("record runs past the end of the file");
     }
-    if !check_payload(h, &fh, segment, pos, &data[hdr_end as usize..end as usize]) {
+    if !check.matches(&data[hdr_end as usize..end as usize]) {
         return Err("record checksum mismatch");
     }
     Ok((fh.frame_len(), fh.end_of_batch))
