@@ -165,17 +165,21 @@ pub fn check_header_versions(
     Ok(version)
 }
 
-/// A checksum started over the frame's segment number, offset and `head` (at most the 20
-/// header bytes a checksum covers), given to the hasher in one piece: small updates cost
-/// more than the bytes they add.
-fn frame_seed(segment: u64, offset: u64, head: &[u8]) -> crc32fast::Hasher {
-    let mut b = [0u8; 36];
+/// A checksum started over the frame's segment number, offset and first 16 header bytes
+/// (the part both frame checksums cover), given to the hasher in one piece: small updates
+/// cost more than the bytes they add.
+fn frame_seed(
+    segment: u64,
+    offset: u64,
+    h: &[u8; FRAME_HEADER_BYTES as usize],
+) -> crc32fast::Hasher {
+    let mut b = [0u8; 32];
     b[0..8].copy_from_slice(&segment.to_le_bytes());
     b[8..16].copy_from_slice(&offset.to_le_bytes());
-    b[16..16 + head.len()].copy_from_slice(head);
-    let mut h = crc32fast::Hasher::new();
-    h.update(&b[..16 + head.len()]);
-    h
+    b[16..32].copy_from_slice(&h[0..16]);
+    let mut c = crc32fast::Hasher::new();
+    c.update(&b);
+    c
 }
 
 /// Appends one frame (header + payload) to `out`. `offset` is the frame's logical offset.
@@ -197,10 +201,13 @@ pub fn encode_frame(
     h[4] = kind;
     h[5] = if end_of_batch { FLAG_END_OF_BATCH } else { 0 };
     h[8..16].copy_from_slice(&durable_mark.to_le_bytes());
-    let mut rc = frame_seed(segment, offset, &h[0..16]);
+    // Both checksums start with the segment, offset and first 16 header bytes.
+    let prefix = frame_seed(segment, offset, &h);
+    let mut rc = prefix.clone();
     rc.update(payload);
     h[16..20].copy_from_slice(&rc.finalize().to_le_bytes());
-    let hc = frame_seed(segment, offset, &h[0..20]);
+    let mut hc = prefix;
+    hc.update(&h[16..20]);
     h[20..24].copy_from_slice(&hc.finalize().to_le_bytes());
     out.extend_from_slice(&h);
     out.extend_from_slice(payload);
@@ -254,7 +261,7 @@ pub fn decode_frame_header_check(
     segment: u64,
     offset: u64,
 ) -> Result<(FrameHeader, PayloadCheck), HeaderFault> {
-    let prefix = frame_seed(segment, offset, &h[0..16]);
+    let prefix = frame_seed(segment, offset, h);
     let mut hc = prefix.clone();
     hc.update(&h[16..20]);
     if hc.finalize() != le_u32(h, 20) {

@@ -312,8 +312,12 @@ impl ActiveSeg {
         let map = self
             .map
             .get_or_init(|| {
-                let len = self.file.len().unwrap_or(0).max(self.map_len);
-                self.file.map_ahead(len).ok().flatten()
+                let file_len = self.file.len().unwrap_or(0);
+                self.in_file.fetch_max(file_len, Ordering::AcqRel);
+                self.file
+                    .map_ahead(file_len.max(self.map_len))
+                    .ok()
+                    .flatten()
             })
             .as_ref()?;
         if to > map.len() as u64 {
