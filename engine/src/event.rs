@@ -607,205 +607,10 @@ impl<'de> Deserialize<'de> for Part {
     }
 }
 
-// ---- serde: borrowed disk form, for reading rows ----------------------------------------------
+// ---- rows straight from the disk form --------------------------------------------------------
 
-/// An event record's payload decoded without copying its texts: the disk form of [`EventBin`]
-/// with every string borrowed from the payload. History pages make their rows from it straight
-/// from the bytes the log read. Kinds that publish no rows decode owned (they are small).
-#[derive(Deserialize)]
-// Kinds without rows are decoded only to check and consume their bytes.
-#[allow(dead_code)]
-pub(crate) enum EventBorrowed<'a> {
-    SessionCreated(SessionCreated),
-    #[serde(borrow)]
-    UserMessage(UserMessageRef<'a>),
-    #[serde(borrow)]
-    ModelCompletion(ModelCompletionRef<'a>),
-    #[serde(borrow)]
-    ToolResult(ToolResultRef<'a>),
-    TurnSettled(TurnSettled),
-    StopRequested(StopRequested),
-    #[serde(borrow)]
-    InteractionRequested(InteractionRequestedRef<'a>),
-    #[serde(borrow)]
-    InteractionResolved(InteractionResolvedRef<'a>),
-    #[serde(borrow)]
-    ContextPrepared(ContextPreparedRef<'a>),
-}
-
-#[derive(Deserialize)]
-pub(crate) struct UserMessageRef<'a> {
-    invocation: &'a str,
-    text: &'a str,
-    _attachments: Vec<AttachmentMeta>,
-}
-
-#[derive(Deserialize)]
-pub(crate) struct ModelCompletionRef<'a> {
-    invocation: &'a str,
-    _model: &'a str,
-    #[serde(borrow)]
-    items: SeqInline<ItemBinBorrowed<'a>>,
-    _usage: Option<Usage>,
-}
-
-/// A sequence decoded with a lone element held inline (no allocation): most completions hold
-/// one item, and a history page decodes one completion per row.
-enum SeqInline<T> {
-    One([T; 1]),
-    Many(Vec<T>),
-}
-
-impl<T> std::ops::Deref for SeqInline<T> {
-    type Target = [T];
-
-    fn deref(&self) -> &[T] {
-        match self {
-            SeqInline::One(one) => one,
-            SeqInline::Many(v) => v,
-        }
-    }
-}
-
-impl<'de, T: Deserialize<'de>> Deserialize<'de> for SeqInline<T> {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct Seq<T>(std::marker::PhantomData<T>);
-        impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for Seq<T> {
-            type Value = SeqInline<T>;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a sequence")
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(
-                self,
-                mut seq: A,
-            ) -> Result<Self::Value, A::Error> {
-                let Some(first) = seq.next_element()? else {
-                    return Ok(SeqInline::Many(Vec::new()));
-                };
-                let Some(second) = seq.next_element()? else {
-                    return Ok(SeqInline::One([first]));
-                };
-                // The hint comes from the bytes: bounded so a damaged length cannot reserve much.
-                let hint = seq.size_hint().unwrap_or(0).min(1024);
-                let mut v = Vec::with_capacity(hint + 2);
-                v.push(first);
-                v.push(second);
-                while let Some(x) = seq.next_element()? {
-                    v.push(x);
-                }
-                Ok(SeqInline::Many(v))
-            }
-        }
-        d.deserialize_seq(Seq(std::marker::PhantomData))
-    }
-}
-
-#[derive(Deserialize)]
-enum ItemBinBorrowed<'a> {
-    Assistant {
-        body: &'a str,
-        #[serde(borrow)]
-        thinking: Option<&'a str>,
-    },
-    ToolCall {
-        id: &'a str,
-        name: &'a str,
-        arguments: &'a str,
-        internal: bool,
-    },
-}
-
-#[derive(Deserialize)]
-pub(crate) struct ToolResultRef<'a> {
-    invocation: &'a str,
-    tool_call_id: &'a str,
-    _status: ToolStatus,
-    body: &'a str,
-    _raw: &'a str,
-    #[serde(borrow)]
-    _parts: Vec<PartBinBorrowed<'a>>,
-    _bytes: u64,
-    _digest: &'a str,
-}
-
-#[derive(Deserialize)]
-enum PartBinBorrowed<'a> {
-    Text { _text: &'a str },
-    Attachment { _digest: &'a str },
-}
-
-#[derive(Deserialize)]
-pub(crate) struct InteractionRequestedRef<'a> {
-    _interaction_id: &'a str,
-    invocation: &'a str,
-    prompt: &'a str,
-    _options: &'a str,
-}
-
-#[derive(Deserialize)]
-pub(crate) struct InteractionResolvedRef<'a> {
-    _interaction_id: &'a str,
-    _response: &'a str,
-}
-
-#[derive(Deserialize)]
-pub(crate) struct ContextPreparedRef<'a> {
-    _invocation: &'a str,
-    #[serde(borrow)]
-    _groups: Vec<ContextGroupRef<'a>>,
-    #[serde(borrow)]
-    _tools: Vec<ContextToolRef<'a>>,
-    #[serde(borrow)]
-    _provider_usage: Option<&'a str>,
-}
-
-#[derive(Deserialize)]
-struct ContextGroupRef<'a> {
-    _role: &'a str,
-    _messages: &'a str,
-    _estimated_tokens: u64,
-}
-
-#[derive(Deserialize)]
-struct ContextToolRef<'a> {
-    _name: &'a str,
-    _estimated_tokens: u64,
-}
-
-impl<'a> EventBorrowed<'a> {
-    /// The rows the event publishes, as [`rows_of`] gives them for the owned event.
-    pub(crate) fn rows(&self) -> Rows<'a> {
-        match self {
-            EventBorrowed::UserMessage(m) => Rows::one(RowSource::user(m.invocation, m.text)),
-            EventBorrowed::ModelCompletion(c) => c
-                .items
-                .iter()
-                .map(|item| match item {
-                    ItemBinBorrowed::Assistant { body, thinking } => {
-                        RowSource::assistant(c.invocation, body, thinking.unwrap_or(""))
-                    }
-                    ItemBinBorrowed::ToolCall {
-                        id,
-                        name,
-                        arguments,
-                        internal,
-                    } => RowSource::tool_call(c.invocation, id, name, arguments, *internal),
-                })
-                .collect(),
-            EventBorrowed::ToolResult(r) => {
-                Rows::one(RowSource::tool_result(r.invocation, r.tool_call_id, r.body))
-            }
-            EventBorrowed::InteractionRequested(i) => {
-                Rows::one(RowSource::interaction(i.invocation, i.prompt))
-            }
-            EventBorrowed::SessionCreated(_)
-            | EventBorrowed::TurnSettled(_)
-            | EventBorrowed::StopRequested(_)
-            | EventBorrowed::InteractionResolved(_)
-            | EventBorrowed::ContextPrepared(_) => Rows::Many(Vec::new()),
-        }
-    }
-}
+mod decode;
+pub(crate) use decode::event_record_rows;
 
 // ---- rows ------------------------------------------------------------------------------------
 
@@ -1217,17 +1022,54 @@ mod tests {
         ]
     }
 
+    /// The bytes of an event record holding `e` as event 7, as the log stores it.
+    fn record(e: &Event) -> Vec<u8> {
+        let mut bytes = vec![7u8];
+        bytes.extend(postcard(e));
+        bytes
+    }
+
     #[test]
     fn borrowed_decoding_gives_the_rows_of_the_owned_event() {
         for e in sample_events() {
-            let bytes = postcard(&e);
-            let b: EventBorrowed<'_> = postcard::from_bytes(&bytes).expect("borrowed decode");
-            assert_eq!(b.rows(), rows_of(&e), "{}", e.kind());
-            // The whole payload is consumed: the borrowed form has every field of the owned one.
-            let (_, rest): (EventBorrowed<'_>, &[u8]) =
-                postcard::take_from_bytes(&bytes).expect("decode");
-            assert!(rest.is_empty(), "{}", e.kind());
+            let bytes = record(&e);
+            let (seq, rows) = event_record_rows(&bytes).expect("decode");
+            assert_eq!(seq, 7);
+            assert_eq!(rows, rows_of(&e), "{}", e.kind());
+            // Every cut of the record decodes to an error or to the same rows, never a panic
+            // or other rows.
+            for cut in 0..bytes.len() {
+                if let Ok((s, r)) = event_record_rows(&bytes[..cut]) {
+                    assert_eq!((s, &r), (7, &rows_of(&e)), "{} cut at {cut}", e.kind());
+                }
+            }
         }
+    }
+
+    #[test]
+    fn borrowed_decoding_refuses_bad_tags_and_varints() {
+        let e = Event::ModelCompletion(ModelCompletion {
+            invocation: "i".into(),
+            model: "m".into(),
+            items: vec![Item::Assistant {
+                body: "b".into(),
+                thinking: None,
+            }],
+            usage: None,
+        });
+        let good = record(&e);
+        // [seq 7][kind 2][len 1 'i'][len 1 'm'][1 item][variant 0][len 1 'b'][option 0]...
+        let mut bad_option = good.clone();
+        bad_option[10] = 2;
+        assert!(event_record_rows(&bad_option).is_err());
+        let mut bad_kind = good.clone();
+        bad_kind[1] = 9;
+        assert!(event_record_rows(&bad_kind).is_err());
+        let mut bad_item = good.clone();
+        bad_item[7] = 5;
+        assert!(event_record_rows(&bad_item).is_err());
+        let too_long = [0xffu8; 11];
+        assert!(event_record_rows(&too_long).is_err());
     }
 
     #[test]
@@ -1248,21 +1090,16 @@ mod tests {
             usage: None,
         });
         for e in [user, completion] {
-            let mut bytes = postcard(&e);
+            let mut bytes = record(&e);
             let at = bytes
                 .windows(2)
                 .position(|w| w == "é".as_bytes())
                 .expect("the é");
-            assert!(postcard::from_bytes::<EventBorrowed<'_>>(&bytes).is_ok());
-            assert!(postcard::from_bytes::<Event>(&bytes).is_ok());
+            assert!(event_record_rows(&bytes).is_ok());
             bytes[at + 1] = b'(';
+            assert!(event_record_rows(&bytes).is_err(), "{}", e.kind());
             assert!(
-                postcard::from_bytes::<EventBorrowed<'_>>(&bytes).is_err(),
-                "{}",
-                e.kind()
-            );
-            assert!(
-                postcard::from_bytes::<Event>(&bytes).is_err(),
+                postcard::from_bytes::<Event>(&bytes[1..]).is_err(),
                 "{}",
                 e.kind()
             );

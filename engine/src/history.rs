@@ -2,7 +2,7 @@
 
 use crate::cursor::HistoryCursor;
 use crate::error::EngineError;
-use crate::event::{rows_of, Event, FieldList, RowKind, RowSource};
+use crate::event::{rows_of, Event, FieldList, RowKind};
 use crate::params::{
     Anchor, ContextResult, Direction, FieldText, HistoryPage, HistoryParams, Interaction, Position,
     QueueEntry, Row, SourceParams, TextPage, WatchEvent, WatchResult,
@@ -148,22 +148,15 @@ pub struct PageEnd {
 }
 
 /// The row of item `position.item_index` of an event that publishes `rows`.
-fn row_ref<'a>(rows: &[RowSource<'a>], position: Position) -> Result<RowRef<'a>, EngineError> {
-    let src = rows.get(position.item_index as usize).ok_or_else(|| {
-        EngineError::corrupt(
-            "row.idx",
-            format!(
-                "row index names item {} of event {}, which has fewer rows",
-                position.item_index, position.source_sequence
-            ),
-        )
-    })?;
-    Ok(RowRef {
-        position,
-        kind: src.kind,
-        invocation: src.invocation,
-        fields: src.fields,
-    })
+/// The row index names an item its event does not have.
+fn missing_item(position: Position) -> EngineError {
+    EngineError::corrupt(
+        "row.idx",
+        format!(
+            "row index names item {} of event {}, which has fewer rows",
+            position.item_index, position.source_sequence
+        ),
+    )
 }
 
 impl Session {
@@ -262,41 +255,46 @@ impl Session {
                 }
             }
         };
-        let visible = |i: u64| -> Result<Option<crate::session::RowEntry>, EngineError> {
-            let e = inner.row(i).ok_or_else(|| {
-                EngineError::corrupt(
-                    self.dir().join("row.idx"),
-                    format!("row entry {i} is unreadable"),
-                )
-            })?;
-            Ok((!e.hidden || reveal == Some(i)).then_some(e))
+        // Plain loops over the row index: an entry is small, and wrapping it in a `Result` per
+        // row made the compiler shuffle it through the stack at odd offsets (store-forwarding
+        // stalls that cost more than the rest of the loop).
+        let unreadable = |i: u64| {
+            EngineError::corrupt(
+                self.dir().join("row.idx"),
+                format!("row entry {i} is unreadable"),
+            )
         };
         let mut picked = Vec::with_capacity(limit as usize);
         let mut more = false;
+        let mut take = |i: u64, e: crate::session::RowEntry| -> bool {
+            if e.hidden && reveal != Some(i) {
+                return true;
+            }
+            if picked.len() == limit as usize {
+                more = true;
+                return false;
+            }
+            picked.push(e);
+            true
+        };
         match direction {
             Direction::Forward => {
-                let mut i = start;
-                while i < n {
-                    if let Some(e) = visible(i)? {
-                        if picked.len() == limit as usize {
-                            more = true;
-                            break;
-                        }
-                        picked.push(e);
+                for i in start..n {
+                    let Some(e) = inner.row(i) else {
+                        return Err(unreadable(i));
+                    };
+                    if !take(i, e) {
+                        break;
                     }
-                    i += 1;
                 }
             }
             Direction::Backward => {
-                let mut i = start;
-                while i > 0 {
-                    i -= 1;
-                    if let Some(e) = visible(i)? {
-                        if picked.len() == limit as usize {
-                            more = true;
-                            break;
-                        }
-                        picked.push(e);
+                for i in (0..start).rev() {
+                    let Some(e) = inner.row(i) else {
+                        return Err(unreadable(i));
+                    };
+                    if !take(i, e) {
+                        break;
                     }
                 }
             }
@@ -308,11 +306,19 @@ impl Session {
         for run in picked.chunk_by(|a, b| a.sequence == b.sequence) {
             self.with_event_rows(&inner, run[0].sequence, keep, &mut reader, |sources| {
                 for e in run {
-                    let pos = Position {
+                    let position = Position {
                         source_sequence: e.sequence,
                         item_index: e.item,
                     };
-                    each(row_ref(sources, pos)?);
+                    let Some(src) = sources.get(e.item as usize) else {
+                        return Err(missing_item(position));
+                    };
+                    each(RowRef {
+                        position,
+                        kind: src.kind,
+                        invocation: src.invocation,
+                        fields: src.fields,
+                    });
                 }
                 Ok::<(), EngineError>(())
             })??;

@@ -1,7 +1,7 @@
 //! Log record kinds and payloads (postcard), see `docs/format.md`.
 
 use crate::error::EngineError;
-use crate::event::{Branch, Event, EventBorrowed, Item, Part};
+use crate::event::{Branch, Event, Item, Part};
 use crate::session::Prepared;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -33,14 +33,6 @@ pub(crate) struct EventRecordRef<'a> {
 pub(crate) struct EventRecord {
     pub sequence: u64,
     pub event: Event,
-}
-
-/// An `EventRecord` decoded with its texts borrowed from the payload (see [`EventBorrowed`]).
-#[derive(Deserialize)]
-pub(crate) struct EventRecordBorrowed<'a> {
-    pub sequence: u64,
-    #[serde(borrow)]
-    pub event: EventBorrowed<'a>,
 }
 
 /// What a mutation returned, kept so a repeat returns it again.

@@ -15,7 +15,7 @@
 use crate::error::EngineError;
 use crate::event::{rows_of, Branch, Event, RowKind, RowSource, SessionCreated};
 use crate::progress::{ProgressSink, ProgressUnit};
-use crate::records::{self, EventRecord, EventRecordBorrowed, EventRecordRef, Outcome, Receipt};
+use crate::records::{self, EventRecord, EventRecordRef, Outcome, Receipt};
 use crate::search::SearchIndex;
 use crate::state::State;
 use logbook_index::FixedIndex;
@@ -724,13 +724,17 @@ impl Session {
             .read(loc)
             .map_err(|e| self.damaged_index(sequence, loc, &e.to_string()))?;
         self.check_event_kind(sequence, loc, record.kind)?;
-        let er: EventRecordBorrowed<'_> =
-            records::decode(self.log.dir(), "an event record", record.payload)?;
-        if er.sequence != sequence {
-            let why = format!("the record there holds event {}", er.sequence);
+        let (held, rows) = crate::event::event_record_rows(record.payload).map_err(|e| {
+            EngineError::corrupt(
+                self.log.dir(),
+                format!("cannot decode an event record: {e}"),
+            )
+        })?;
+        if held != sequence {
+            let why = format!("the record there holds event {held}");
             return Err(self.damaged_index(sequence, loc, &why));
         }
-        Ok(f(&er.event.rows()))
+        Ok(f(&rows))
     }
 
     fn location_of(&self, inner: &Inner, sequence: u64) -> Result<Location, EngineError> {

@@ -309,8 +309,10 @@ fn step(w: &mut World, model: &mut Model, op: &Op) {
                 None if model.sessions.contains_key(&id) => Err(ErrorKind::Conflict),
                 None => {
                     model.creates.insert(operation, id.clone());
-                    let mut m = MSession::default();
-                    m.revision = 1; // sessionCreated
+                    let m = MSession {
+                        revision: 1, // sessionCreated
+                        ..MSession::default()
+                    };
                     model.sessions.insert(id.clone(), m);
                     Ok(json!(id))
                 }
