@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use logbook_engine::Root;
-use logbook_fs::{DirWatch, RelPath, Workspace};
+use logbook_fs::{DirWatch, RelPath, WatchCloser, Workspace};
 
 use crate::error::{ApiError, ErrorCode};
 use crate::wire::*;
@@ -23,6 +23,14 @@ pub const WATCH_TIMEOUT_MS_MAX: u64 = 600_000;
 pub const WATCH_TIMEOUT_MS_DEFAULT: u64 = 30_000;
 /// Open file watches per Host; more is `busy` until some are closed.
 pub const FILE_WATCHES_MAX: usize = 1024;
+
+/// An open file watch: the closer is reachable without the lock a waiting
+/// `watchFilesNext` holds.
+#[derive(Debug)]
+struct FileWatch {
+    closer: WatchCloser,
+    watch: Mutex<Option<DirWatch>>,
+}
 
 /// The Host API: open a Root once, then call any operation from any thread.
 ///
@@ -37,7 +45,7 @@ pub const FILE_WATCHES_MAX: usize = 1024;
 pub struct Host {
     root: Root,
     workspaces: Mutex<HashMap<String, Arc<Workspace>>>,
-    watches: Mutex<HashMap<String, Arc<Mutex<Option<DirWatch>>>>>,
+    watches: Mutex<HashMap<String, Arc<FileWatch>>>,
     next_watch: AtomicU64,
 }
 
@@ -168,7 +176,11 @@ impl Host {
         let watch = ws.watch(&path)?;
         let directory_identity = watch.directory_identity().to_owned();
         let watch_id = format!("w{}", self.next_watch.fetch_add(1, Ordering::Relaxed));
-        watches.insert(watch_id.clone(), Arc::new(Mutex::new(Some(watch))));
+        let slot = FileWatch {
+            closer: watch.closer(),
+            watch: Mutex::new(Some(watch)),
+        };
+        watches.insert(watch_id.clone(), Arc::new(slot));
         Ok(WatchFilesOpenResult {
             watch_id,
             directory_identity,
@@ -185,7 +197,7 @@ impl Host {
             .unwrap_or(WATCH_TIMEOUT_MS_DEFAULT)
             .min(WATCH_TIMEOUT_MS_MAX);
         let slot = self.watch_slot(&p.watch_id)?;
-        let mut guard = slot.lock().expect("watch lock poisoned");
+        let mut guard = slot.watch.lock().expect("watch lock poisoned");
         let Some(watch) = guard.as_mut() else {
             return Err(ApiError::not_found(format!(
                 "watch {:?} is closed",
@@ -195,12 +207,19 @@ impl Host {
         let event = match watch.next(Duration::from_millis(timeout))? {
             logbook_fs::WatchEvent::Changed => FileWatchEvent::Changed,
             logbook_fs::WatchEvent::Unavailable => FileWatchEvent::Unavailable,
+            logbook_fs::WatchEvent::Closed => {
+                return Err(ApiError::not_found(format!(
+                    "watch {:?} was closed while waiting",
+                    p.watch_id
+                )))
+            }
             _ => FileWatchEvent::Timeout,
         };
         Ok(WatchFilesNextResult { event })
     }
 
-    /// Closes a watch; waits for a `watchFilesNext` in progress on it to settle first.
+    /// Closes a watch. A `watchFilesNext` in progress on it is woken (it answers
+    /// `not_found`) and settles before this returns.
     pub fn watch_files_close(&self, p: WatchFilesCloseParams) -> Result<(), ApiError> {
         let slot = self
             .watches
@@ -208,14 +227,15 @@ impl Host {
             .expect("watch table lock poisoned")
             .remove(&p.watch_id)
             .ok_or_else(|| ApiError::not_found(format!("no open watch {:?}", p.watch_id)))?;
-        let watch = slot.lock().expect("watch lock poisoned").take();
+        slot.closer.close();
+        let watch = slot.watch.lock().expect("watch lock poisoned").take();
         if let Some(watch) = watch {
             watch.close();
         }
         Ok(())
     }
 
-    fn watch_slot(&self, watch_id: &str) -> Result<Arc<Mutex<Option<DirWatch>>>, ApiError> {
+    fn watch_slot(&self, watch_id: &str) -> Result<Arc<FileWatch>, ApiError> {
         self.watches
             .lock()
             .expect("watch table lock poisoned")

@@ -454,6 +454,24 @@ fn workspace_reads_never_follow_links() {
     std::fs::write(ws.path().join("new.txt"), "x").unwrap();
     assert_eq!(s.answer(next)["result"], json!({"event": "changed"}));
     s.ok("watchFilesClose", json!({"watchId": w["watchId"]}));
+
+    // Closing a watch wakes a `watchFilesNext` waiting on it: neither the close nor the
+    // requests after it wait for the next's timeout.
+    let w = s.ok("watchFilesOpen", json!({"sessionId": "s1", "path": null}));
+    let next = s.request(
+        "watchFilesNext",
+        json!({"watchId": w["watchId"], "timeoutMs": 30_000}),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let started = Instant::now();
+    s.ok("watchFilesClose", json!({"watchId": w["watchId"]}));
+    s.ok("sessions", json!({}));
+    let answer = s.answer(next);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "close waited for the next's timeout"
+    );
+    assert_eq!(answer["error"]["code"], "not_found", "{answer}");
 }
 
 #[test]

@@ -62,7 +62,9 @@ pub use read::{
     READ_FILE_BYTES_MAX, READ_PIPELINE_BYTES_MIN,
 };
 pub use resolve::{openat2_available, ResolverMode};
-pub use watch::{DirWatch, WatchEvent, WatcherMode, WATCH_POLL_INTERVAL_MS, WATCH_RECHECK_MS};
+pub use watch::{
+    DirWatch, WatchCloser, WatchEvent, WatcherMode, WATCH_POLL_INTERVAL_MS, WATCH_RECHECK_MS,
+};
 
 /// Tunables of a [`Workspace`]; `Default` is what production uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -198,5 +200,6 @@ mod tests {
         fn send<T: Send>() {}
         send_sync::<super::Workspace>();
         send::<super::DirWatch>();
+        send_sync::<super::WatchCloser>();
     }
 }

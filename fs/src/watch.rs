@@ -10,14 +10,17 @@
 //! Events are hints: every `next` drains all queued events into one answer, and the
 //! path is resolved again from the root at least every [`WATCH_RECHECK_MS`], so a
 //! directory that was removed, moved or replaced (even via a parent) becomes
-//! `Unavailable`, for good.
+//! `Unavailable`, for good. A [`WatchCloser`] ends a watch from another thread, waking a
+//! `next` that waits on it at once.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::mem::MaybeUninit;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rustix::event::{poll, PollFd, PollFlags, Timespec};
+use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags, Timespec};
 use rustix::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
 use rustix::fs::{self, AtFlags, Dir, Mode, OFlags};
@@ -57,6 +60,32 @@ pub enum WatchEvent {
     Unavailable,
     /// Nothing happened within the timeout.
     Timeout,
+    /// The watch was closed through its [`WatchCloser`]; the watch is over.
+    Closed,
+}
+
+/// Ends a [`DirWatch`] from another thread (see [`DirWatch::closer`]): a `next` waiting on
+/// it returns [`WatchEvent::Closed`] at once, and so does every later one.
+#[derive(Clone, Debug)]
+pub struct WatchCloser(Arc<CloseSignal>);
+
+#[derive(Debug)]
+struct CloseSignal {
+    closed: AtomicBool,
+    /// An eventfd that becomes readable on close and wakes a `next` waiting in `poll`.
+    /// `None` when none could be made: a waiting `next` then sees the flag after at most
+    /// one wait step ([`WATCH_RECHECK_MS`]).
+    wake: Option<OwnedFd>,
+}
+
+impl WatchCloser {
+    pub fn close(&self) {
+        self.0.closed.store(true, Ordering::Release);
+        if let Some(fd) = &self.0.wake {
+            // Can only fail with a counter that is already non-zero, i.e. readable.
+            let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
+        }
+    }
 }
 
 /// A watch on one directory; see the module documentation.
@@ -70,6 +99,7 @@ pub struct DirWatch {
     /// `None` once the watch has ended (the directory is gone): everything is released.
     backend: Option<Backend>,
     checked_at: Instant,
+    signal: Arc<CloseSignal>,
 }
 
 enum Backend {
@@ -127,6 +157,10 @@ pub(crate) fn watch(cx: &WatchContext<'_>, path: &RelPath) -> Result<DirWatch, F
         hidden: cx.hidden.clone(),
         backend: None,
         checked_at: Instant::now(),
+        signal: Arc::new(CloseSignal {
+            closed: AtomicBool::new(false),
+            wake: eventfd(0, EventfdFlags::CLOEXEC | EventfdFlags::NONBLOCK).ok(),
+        }),
     };
     if cx.watcher == WatcherMode::Auto {
         if let Some(fd) = inotify_on(cx, path, &dir, &mut w)? {
@@ -230,8 +264,21 @@ impl DirWatch {
         matches!(self.backend, Some(Backend::Poll { .. }))
     }
 
-    /// Waits up to `timeout` for a change; see [`WatchEvent`]. Once `Unavailable`, always so.
+    /// A handle that closes this watch from another thread, waking a `next` in progress.
+    pub fn closer(&self) -> WatchCloser {
+        WatchCloser(Arc::clone(&self.signal))
+    }
+
+    fn is_closed(&self) -> bool {
+        self.signal.closed.load(Ordering::Acquire)
+    }
+
+    /// Waits up to `timeout` for a change; see [`WatchEvent`]. Once `Unavailable` or
+    /// `Closed`, always so.
     pub fn next(&mut self, timeout: Duration) -> Result<WatchEvent, FsError> {
+        if self.is_closed() {
+            return Ok(WatchEvent::Closed);
+        }
         if self.backend.is_none() {
             return Ok(WatchEvent::Unavailable);
         }
@@ -257,6 +304,9 @@ impl DirWatch {
                 _ => WATCH_RECHECK_MS,
             };
             self.wait((deadline - now).min(Duration::from_millis(step)))?;
+            if self.is_closed() {
+                return Ok(WatchEvent::Closed);
+            }
             if self.checked_at.elapsed() >= Duration::from_millis(WATCH_RECHECK_MS)
                 && !self.resolves_to_same()
             {
@@ -341,23 +391,32 @@ impl DirWatch {
         }
     }
 
+    /// Sleeps for `d`, or until inotify has events or the watch is closed.
     fn wait(&mut self, d: Duration) -> Result<(), FsError> {
-        match &self.backend {
-            Some(Backend::Inotify { fd, .. }) => {
-                let ts = Timespec {
-                    tv_sec: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
-                    tv_nsec: i64::from(d.subsec_nanos()),
-                };
-                let mut fds = [PollFd::new(fd, PollFlags::IN)];
-                match poll(&mut fds, Some(&ts)) {
-                    Ok(_) | Err(Errno::INTR) => Ok(()),
-                    Err(e) => Err(io_err(&self.path, "wait for directory events")(e)),
-                }
+        let ts = Timespec {
+            tv_sec: i64::try_from(d.as_secs()).unwrap_or(i64::MAX),
+            tv_nsec: i64::from(d.subsec_nanos()),
+        };
+        let inotify = match &self.backend {
+            Some(Backend::Inotify { fd, .. }) => Some(fd),
+            _ => None,
+        };
+        let waited = match (inotify, &self.signal.wake) {
+            (Some(i), Some(w)) => poll(
+                &mut [PollFd::new(i, PollFlags::IN), PollFd::new(w, PollFlags::IN)],
+                Some(&ts),
+            ),
+            (Some(fd), None) | (None, Some(fd)) => {
+                poll(&mut [PollFd::new(fd, PollFlags::IN)], Some(&ts))
             }
-            Some(Backend::Poll { .. }) | None => {
+            (None, None) => {
                 std::thread::sleep(d);
-                Ok(())
+                Ok(0)
             }
+        };
+        match waited {
+            Ok(_) | Err(Errno::INTR) => Ok(()),
+            Err(e) => Err(io_err(&self.path, "wait for directory events")(e)),
         }
     }
 }

@@ -102,7 +102,7 @@ fn unavailable_after(watcher: WatcherMode, act: impl FnOnce(&std::path::Path)) {
         match w.next(LONG).expect("next") {
             WatchEvent::Unavailable => break,
             WatchEvent::Changed => assert!(Instant::now() < deadline, "never became unavailable"),
-            WatchEvent::Timeout => panic!("timeout instead of unavailable ({watcher:?})"),
+            other => panic!("{other:?} instead of unavailable ({watcher:?})"),
         }
     }
     assert_eq!(
@@ -174,4 +174,31 @@ fn watch_refuses_files_links_and_missing() {
         ws.watch(&rel(b"missing")).expect_err("missing").kind(),
         ErrorKind::NotFound
     );
+}
+
+#[test]
+fn a_closer_wakes_a_waiting_next_and_ends_the_watch() {
+    for watcher in WATCHERS {
+        let t = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir(t.path().join("d")).expect("mkdir");
+        let ws = open(t.path(), &[], watcher);
+        let mut w = ws.watch(&rel(b"d")).expect("watch");
+        let closer = w.closer();
+        let waiter = std::thread::spawn(move || {
+            let started = Instant::now();
+            let event = w.next(Duration::from_secs(30)).expect("next");
+            (event, started.elapsed(), w)
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        closer.close();
+        let (event, waited, mut w) = waiter.join().expect("waiter");
+        assert_eq!(event, WatchEvent::Closed, "{watcher:?}");
+        assert!(
+            waited < Duration::from_secs(5),
+            "{watcher:?}: woken after {waited:?}"
+        );
+        // Closed for good, even with changes queued.
+        std::fs::write(t.path().join("d/after"), b"x").expect("write");
+        assert_eq!(w.next(LONG).expect("next"), WatchEvent::Closed);
+    }
 }
