@@ -525,6 +525,9 @@ fn git_status_and_diff_match_the_repository() {
     );
     assert_eq!(d["kind"], "unchanged");
 
+    // Content that is not UTF-8 still reads back byte-exact through readPatch's text.
+    let latin1: &[u8] = b"caf\xe9 cr\xe8me\n";
+    std::fs::write(ws.path().join("c.txt"), latin1).unwrap();
     let p = s.ok(
         "snapshotPatch",
         json!({"sessionId": "plain", "operation": "snap-1"}),
@@ -551,6 +554,35 @@ fn git_status_and_diff_match_the_repository() {
     assert_eq!(text.len() as u64, p["bytes"].as_u64().unwrap());
     assert_eq!(digest(text.as_bytes()), p["digest"].as_str().unwrap());
     assert!(text.contains("+++ b/b.txt"), "{text}");
+    let clone = tempfile::tempdir().unwrap();
+    let run = |dir: &std::path::Path, args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    run(
+        clone.path(),
+        &["clone", "-q", ws.path().to_str().unwrap(), "c"],
+    );
+    let patch_file = clone.path().join("snap.patch");
+    std::fs::write(&patch_file, &text).unwrap();
+    run(
+        &clone.path().join("c"),
+        &["apply", patch_file.to_str().unwrap()],
+    );
+    assert_eq!(std::fs::read(clone.path().join("c/c.txt")).unwrap(), latin1);
+    assert_eq!(
+        std::fs::read(clone.path().join("c/a.txt")).unwrap(),
+        b"one\nthree\n"
+    );
 }
 
 #[test]

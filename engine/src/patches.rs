@@ -132,6 +132,14 @@ impl Root {
                 bytes.len()
             )));
         }
+        if let Err(e) = std::str::from_utf8(&bytes) {
+            // `readPatch` answers text: bytes that are not UTF-8 could not be read back as
+            // they were stored (`logbook_git::snapshot_patch` never makes such a patch).
+            return Err(EngineError::invalid(format!(
+                "a patch must be UTF-8 text; byte {} is not",
+                e.valid_up_to()
+            )));
+        }
         let s = self.session(session_id)?;
         let digest = sha256_digest(&bytes);
         let hex = digest["sha256:".len()..].to_owned();
@@ -240,6 +248,8 @@ impl Root {
         let chunk = &rest[..cut];
         let end = after + cut as u64;
         Ok(crate::TextPage {
+            // Patches are stored only as UTF-8 (`store_patch`); lossy is for files of
+            // builds that did not check, so a damaged byte shows as U+FFFD, never a panic.
             text: String::from_utf8_lossy(chunk).into_owned(),
             next_after: (end < total).then_some(end),
         })

@@ -333,14 +333,18 @@ fn patches_store_once_read_in_chunks_and_survive_restart() {
             })
             .expect_err("reused op");
         assert_eq!(e.kind(), ErrorKind::Conflict);
-        // Not UTF-8: bytes and digest describe the stored bytes; text is lossy, offsets exact.
+        // Not UTF-8: refused (it could not be read back as text), and the operation is
+        // not taken.
         let raw = vec![b'a', 0xFF, b'b', 0xC3, 0xA9, b'c'];
-        let bin = root
-            .store_patch(&sid, "snap-bin", raw.clone())
-            .expect("store bin");
-        assert_eq!(bin.bytes, 6);
-        let (text, _) = read_all_lossy(&root, &sid, &bin.patch_id);
-        assert_eq!(text, "a\u{FFFD}béc");
+        let e = root
+            .store_patch(&sid, "snap-bin", raw)
+            .expect_err("not UTF-8");
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+        assert!(e.to_string().contains("byte 1"), "{e}");
+        let ok = root
+            .store_patch(&sid, "snap-bin", "a\u{e9}b".as_bytes().to_vec())
+            .expect("the operation is still free");
+        assert_eq!(ok.bytes, 4);
     }
     let root = root_at(&dir);
     let (text, _) = read_all(&root, "s", &info.patch_id, 7);
@@ -379,29 +383,3 @@ fn patches_store_once_read_in_chunks_and_survive_restart() {
 }
 
 const READ_PATCH_LIMIT_TOO_BIG: u64 = (1 << 20) + 1;
-
-fn read_all_lossy(root: &Root, sid: &str, id: &str) -> (String, usize) {
-    read_all_unchecked(root, sid, id, 2)
-}
-
-fn read_all_unchecked(root: &Root, sid: &str, id: &str, limit: u64) -> (String, usize) {
-    let mut text = String::new();
-    let mut after = None;
-    let mut pages = 0;
-    loop {
-        let p = root
-            .read_patch(ReadPatchParams {
-                session_id: sid.into(),
-                patch_id: id.into(),
-                after,
-                limit: Some(limit),
-            })
-            .expect("read patch");
-        pages += 1;
-        text.push_str(&p.text);
-        match p.next_after {
-            None => return (text, pages),
-            n => after = n,
-        }
-    }
-}

@@ -120,9 +120,10 @@ pub fn diff(workspace: &Path, path: &[u8], area: Area) -> Result<Diff, GitError>
 }
 
 /// The whole workspace change against HEAD as a git-style patch (a/ b/ prefixes, full
-/// object ids, untracked files as additions, binary files as `GIT binary patch`
-/// literals) such that `git apply` on a checkout of HEAD reproduces the workspace.
-/// None when no repository.
+/// object ids, untracked files as additions, binary files and files that are not UTF-8
+/// as `GIT binary patch` literals) such that `git apply` on a checkout of HEAD
+/// reproduces the workspace. The patch is always valid UTF-8 (names are C-quoted as git
+/// quotes them). None when no repository.
 pub fn snapshot_patch(workspace: &Path) -> Result<Option<Vec<u8>>, GitError> {
     let Some(repo) = repo::open(workspace)? else {
         return Ok(None);

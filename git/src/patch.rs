@@ -110,7 +110,12 @@ fn write_pair(
         .into_iter()
         .flatten()
         .any(|s| s.mode == Mode::SYMLINK);
-    if !links && check.is_binary(path, &[old_bytes, new_bytes])? {
+    // The patch is read back as text (`readPatch` answers a JSON string), so content that
+    // is not UTF-8 goes as a binary patch even where git would print text lines.
+    let not_utf8 = [old_bytes, new_bytes]
+        .iter()
+        .any(|b| std::str::from_utf8(b).is_err());
+    if not_utf8 || (!links && check.is_binary(path, &[old_bytes, new_bytes])?) {
         binary::body(out, old_bytes, new_bytes);
         return Ok(());
     }

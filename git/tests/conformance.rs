@@ -219,6 +219,37 @@ fn names_are_exact_bytes() {
 }
 
 #[test]
+fn content_that_is_not_utf8_is_patched_as_binary() {
+    let r = new_repo();
+    r.write(b".gitattributes", b"*.forced diff\n");
+    r.write(b"latin1.txt", b"caf\xe9 au lait\n");
+    r.write(b"becomes-latin1.txt", b"plain\n");
+    r.write(b"text.forced", b"plain\n");
+    r.write(b"gone.txt", b"na\xefve\n");
+    r.symlink("target", b"plain-link");
+    r.commit("base");
+    r.write(b"latin1.txt", b"caf\xe9 cr\xe8me\n");
+    r.write(b"becomes-latin1.txt", b"\xff\xfe\n");
+    r.write(b"text.forced", b"d\xe9j\xe0\n");
+    r.rm(b"gone.txt");
+    r.write(b"new-latin1.txt", b"\xe0 la carte\n");
+    r.rm(b"plain-link");
+    std::os::unix::fs::symlink(
+        std::os::unix::ffi::OsStrExt::from_bytes(&b"targ\xe9t"[..]) as &std::ffi::OsStr,
+        r.p(b"plain-link"),
+    )
+    .expect("symlink");
+    assert_eq!(ours(&r.path), git_status(&r.path));
+    // A file's diff is carried as UTF-8 text: these are refused, not mangled.
+    for p in [&b"latin1.txt"[..], b"becomes-latin1.txt", b"text.forced"] {
+        let d = logbook_git::diff(&r.path, p, logbook_git::Area::Worktree).unwrap();
+        assert!(matches!(d, logbook_git::Diff::Unsupported { .. }), "{d:?}");
+    }
+    // The snapshot applies with `git apply` and reproduces every byte.
+    check_snapshot(&r.path, &[]);
+}
+
+#[test]
 fn crlf_without_autocrlf() {
     let r = new_repo();
     r.write(b"dos.txt", b"a\r\nb\r\nc\r\n");

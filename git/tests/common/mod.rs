@@ -354,6 +354,11 @@ pub fn check_snapshot(ws: &Path, clone_config: &[&str]) {
         .expect("snapshot")
         .expect("repository");
     assert_eq!(patch, again, "snapshot patch is deterministic");
+    assert!(
+        std::str::from_utf8(&patch).is_ok(),
+        "the patch is read back as text, so it must be UTF-8:\n{}",
+        String::from_utf8_lossy(&patch)
+    );
     let dir = tempfile::tempdir().expect("tempdir");
     let clone = dir.path().join("clone");
     let mut args: Vec<&str> = vec!["clone", "-q"];
