@@ -62,10 +62,18 @@ pub struct RootOptions {
     /// Bytes of decompressed log blocks the Root keeps in memory for all its Sessions
     /// together (history pages and searches that come back to text read before).
     pub block_cache_bytes: usize,
+    /// A Session's search postings of its active log segment are saved when the Root
+    /// closes if they hold at least this many (trigram, row) pairs, so that the first
+    /// search after the next open indexes only the rows appended since. Smaller ones are
+    /// rebuilt from the log by that search (quick: about 3 MB of text at the default).
+    pub search_tail_save_pairs_min: u64,
 }
 
 /// Default [`RootOptions::block_cache_bytes`]: 1,024 blocks of 64 KiB.
 pub const BLOCK_CACHE_BYTES: usize = 64 << 20;
+
+/// Default [`RootOptions::search_tail_save_pairs_min`].
+pub const SEARCH_TAIL_SAVE_PAIRS_MIN: u64 = 1 << 20;
 
 /// When appended rows enter a Session's search index (the index is derived either way, and a
 /// search always sees every row under its fence).
@@ -89,6 +97,7 @@ impl Default for RootOptions {
             progress: ProgressSink::default(),
             search_indexing: SearchIndexing::OnAppend,
             block_cache_bytes: BLOCK_CACHE_BYTES,
+            search_tail_save_pairs_min: SEARCH_TAIL_SAVE_PAIRS_MIN,
         }
     }
 }
@@ -1136,5 +1145,11 @@ impl Drop for Root {
             let _ = h.join();
         }
         let _ = self.shared.sync_all();
+        // Large search tails are saved so the first search after the next open need not
+        // index the active segment again.
+        let pairs_min = self.shared.options.search_tail_save_pairs_min;
+        for s in lock(&self.shared.opened).iter() {
+            s.search.save_tail(s, pairs_min);
+        }
     }
 }

@@ -109,13 +109,19 @@ fn options(segment: u64) -> RootOptions {
     }
 }
 
-/// Either way of indexing, at random: the answers must not depend on it.
+/// Either way of indexing, tails saved on close or not, at random: the answers must not
+/// depend on them.
 fn random_options(segment: u64, rng: &mut Rng) -> RootOptions {
     RootOptions {
         search_indexing: if rng.chance(50) {
             SearchIndexing::OnSearch
         } else {
             SearchIndexing::OnAppend
+        },
+        search_tail_save_pairs_min: if rng.chance(50) {
+            0
+        } else {
+            SEARCH_TAIL_SAVE_PAIRS_MIN
         },
         ..options(segment)
     }
@@ -952,4 +958,121 @@ fn a_search_sees_every_append_made_before_it() {
     assert_eq!(hits.len() as u64, rows);
     let (_, hits, _) = engine_hits(&root, &sid, None, "tok76x3z", true, false, &mut rng);
     assert_eq!(hits.len(), 1);
+}
+
+/// Records what long work was started, and over how many units.
+#[derive(Default)]
+struct Tasks(std::sync::Mutex<Vec<(String, u64)>>);
+
+impl Progress for Tasks {
+    fn start(&self, what: &str, total: u64, _unit: ProgressUnit) {
+        self.0.lock().unwrap().push((what.to_owned(), total));
+    }
+    fn advance(&self, _done: u64) {}
+    fn finish(&self) {}
+}
+
+fn tail_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = postings_files(dir);
+    files.retain(|p| {
+        p.file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .starts_with("tail-")
+    });
+    files
+}
+
+#[test]
+fn a_saved_tail_is_read_back_checked_and_extended() {
+    let seed = seeds(1)[0];
+    println!("a_saved_tail_is_read_back_checked_and_extended seed {seed}");
+    let mut rng = Rng(seed);
+    let dir = tempfile::tempdir().unwrap();
+    Root::init(dir.path()).unwrap();
+    let sdir = dir.path().join("sessions/s").join(SEARCH_DIR);
+    // One segment holds everything: the whole history is the tail.
+    let open = |tasks: &std::sync::Arc<Tasks>| {
+        let options = RootOptions {
+            search_tail_save_pairs_min: 0,
+            progress: ProgressSink::new(tasks.clone()),
+            ..options(1 << 30)
+        };
+        Root::open_with(dir.path(), options).unwrap()
+    };
+    // Rows the tail indexed from the log while a Root was open.
+    let rebuilt = |tasks: &Tasks| -> Vec<u64> {
+        let all = tasks.0.lock().unwrap();
+        all.iter()
+            .filter(|(what, _)| what.starts_with("building the search index of Session"))
+            .map(|t| t.1)
+            .collect()
+    };
+    let mut m = Model {
+        revision: 1,
+        ..Model::default()
+    };
+    let root = open(&Default::default());
+    let sid = common::create(&root, "s");
+    for _ in 0..20 {
+        random_turn(&root, &sid, &mut m, &mut rng);
+    }
+    check_queries(&root, &sid, &m, &mut rng, 4, seed);
+    drop(root);
+    let saved = tail_files(&sdir);
+    assert_eq!(saved.len(), 1, "{saved:?}");
+
+    // Read back: the first search indexes nothing from the log, and answers the same.
+    let tasks = std::sync::Arc::new(Tasks::default());
+    let root = open(&tasks);
+    check_queries(&root, &sid, &m, &mut rng, 8, seed);
+    assert_eq!(rebuilt(&tasks), Vec::<u64>::new(), "seed {seed}");
+    // Extended by appends, saved again in place of the old file.
+    for _ in 0..5 {
+        random_turn(&root, &sid, &mut m, &mut rng);
+    }
+    check_queries(&root, &sid, &m, &mut rng, 4, seed);
+    drop(root);
+    let again = tail_files(&sdir);
+    assert_eq!(again.len(), 1, "{again:?}");
+    assert_ne!(again, saved, "the newer tail replaced the older one");
+
+    // Damaged: refused, rebuilt from the whole log, answers unchanged, and saved whole again.
+    let mut bytes = std::fs::read(&again[0]).unwrap();
+    let at = bytes.len() / 2;
+    bytes[at] ^= 0x10;
+    std::fs::write(&again[0], &bytes).unwrap();
+    let tasks = std::sync::Arc::new(Tasks::default());
+    let root = open(&tasks);
+    check_queries(&root, &sid, &m, &mut rng, 8, seed);
+    assert_eq!(
+        rebuilt(&tasks).len(),
+        1,
+        "seed {seed}: the damaged tail was used"
+    );
+    drop(root);
+    let whole = tail_files(&sdir);
+    assert_eq!(whole.len(), 1, "{whole:?}");
+    let tasks = std::sync::Arc::new(Tasks::default());
+    let root = open(&tasks);
+    check_queries(&root, &sid, &m, &mut rng, 4, seed);
+    assert_eq!(rebuilt(&tasks), Vec::<u64>::new(), "seed {seed}");
+    drop(root);
+
+    // A name that does not describe the rows (another last event): not trusted, deleted.
+    let name = whole[0].file_name().unwrap().to_str().unwrap().to_owned();
+    let seq_at = name.find("-seq-").unwrap() + "-seq-".len();
+    let mut other = name.clone();
+    other.replace_range(seq_at..seq_at + 16, &format!("{:016x}", u64::MAX - 1));
+    std::fs::rename(&whole[0], sdir.join(&other)).unwrap();
+    let tasks = std::sync::Arc::new(Tasks::default());
+    let root = open(&tasks);
+    check_queries(&root, &sid, &m, &mut rng, 4, seed);
+    assert_eq!(
+        rebuilt(&tasks).len(),
+        1,
+        "seed {seed}: a stale tail was used"
+    );
+    assert!(!sdir.join(&other).exists(), "the stale tail was kept");
 }

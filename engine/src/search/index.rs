@@ -11,8 +11,12 @@
 //!   row (a doc is added even when all its fields are empty, so the file's doc count equals the
 //!   segment's row count: a file whose count differs is stale and rebuilt).
 //! - The active (unsealed) segment's rows live in an in-memory [`PostingsBuilder`], updated by
-//!   every append and rebuilt on first use after open by reading the active segment's events.
-//!   When an append lands in a newer segment the builder is written out as that segment's file.
+//!   every append. When an append lands in a newer segment the builder is written out as that
+//!   segment's file. When the Root closes, a large enough tail is saved as
+//!   `search/tail-<segment>-row-<first row>-docs-<docs>-seq-<last sequence>.v<layout>.post`
+//!   (after the log is synced, so the rows it covers are durable); the first use after open
+//!   reads it back (checking the names' segment, rows and last event against the indexes, and
+//!   every checksum) and indexes only the rows after it, or rebuilds the tail from the log.
 //! - Everything here is derived: a missing, foreign, stale (format or Unicode version) or
 //!   damaged file is rebuilt from the log when a search needs it; if it cannot be written the
 //!   postings are kept in memory for the life of the process.
@@ -79,6 +83,48 @@ pub(crate) struct Tail {
     /// Rows `[0, covered)` are indexed (the ones before `first_row` by finished segments).
     pub covered: u64,
     pub builder: PostingsBuilder,
+    /// `covered` when the tail was last saved or read back from a saved file (0: never).
+    saved: u64,
+}
+
+/// What a saved tail's file name records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct SavedTail {
+    segment: u64,
+    first_row: u64,
+    docs: u64,
+    last_sequence: u64,
+}
+
+impl SavedTail {
+    fn file_name(&self) -> String {
+        format!(
+            "tail-{:016x}-row-{:016x}-docs-{:016x}-seq-{:016x}.v{SEARCH_LAYOUT_VERSION}.post",
+            self.segment, self.first_row, self.docs, self.last_sequence
+        )
+    }
+
+    fn parse(name: &str) -> Option<SavedTail> {
+        let rest = name
+            .strip_prefix("tail-")?
+            .strip_suffix(&format!(".v{SEARCH_LAYOUT_VERSION}.post"))?;
+        let mut parts = rest.split('-');
+        let mut field = |label: Option<&str>| -> Option<u64> {
+            if let Some(l) = label {
+                (parts.next()? == l).then_some(())?;
+            }
+            let hex = parts.next()?;
+            (hex.len() == 16).then_some(())?;
+            u64::from_str_radix(hex, 16).ok()
+        };
+        let t = SavedTail {
+            segment: field(None)?,
+            first_row: field(Some("row"))?,
+            docs: field(Some("docs"))?,
+            last_sequence: field(Some("seq"))?,
+        };
+        parts.next().is_none().then_some(t)
+    }
 }
 
 /// The search index of one Session. Appends hand their rows to a worker thread (started on
@@ -334,9 +380,113 @@ impl SearchIndex {
             first_row,
             covered: first_row,
             builder: PostingsBuilder::new(),
+            saved: 0,
         };
+        if let Some((docs, builder)) = self.read_saved_tail(session, inner, segment, first_row) {
+            tail.covered = first_row + docs;
+            tail.builder = builder;
+            tail.saved = tail.covered;
+        }
         self.catch_up(session, inner, &mut tail)?;
         Ok(tail)
+    }
+
+    /// The postings of rows `[first_row, first_row + docs)` of `segment` saved by an earlier
+    /// close, when a saved file still describes them; every other saved tail is deleted.
+    fn read_saved_tail(
+        &self,
+        session: &Session,
+        inner: &Inner,
+        segment: u64,
+        first_row: u64,
+    ) -> Option<(u64, PostingsBuilder)> {
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir(&self.dir).ok()?.flatten() {
+            let name = entry.file_name();
+            if let Some(t) = name.to_str().and_then(SavedTail::parse) {
+                found.push(t);
+            }
+        }
+        // The one that covers most first; older ones stay only until a better one is read.
+        found.sort_by_key(|t| std::cmp::Reverse(t.docs));
+        let mut chosen = None;
+        for t in found {
+            if chosen.is_none() {
+                chosen = self.check_saved_tail(session, inner, segment, first_row, t);
+                if chosen.is_some() {
+                    continue;
+                }
+            }
+            let _ = std::fs::remove_file(self.dir.join(t.file_name()));
+        }
+        chosen
+    }
+
+    fn check_saved_tail(
+        &self,
+        session: &Session,
+        inner: &Inner,
+        segment: u64,
+        first_row: u64,
+        t: SavedTail,
+    ) -> Option<(u64, PostingsBuilder)> {
+        let last_row = first_row.checked_add(t.docs.checked_sub(1)?)?;
+        let fits = t.segment == segment
+            && t.first_row == first_row
+            && last_row < inner.row_count()
+            && inner.row(last_row)?.sequence == t.last_sequence
+            && segment_of_row(session, inner, last_row).ok()? == segment;
+        if !fits {
+            return None;
+        }
+        let file = PostingsFile::open(&self.dir.join(t.file_name())).ok()?;
+        let builder = PostingsBuilder::from_file(&file).ok()?;
+        // Exactly docs 0..docs: as many distinct docs as that, none above the last.
+        let last_doc = u32::try_from(t.docs - 1).ok()?;
+        let exact = u64::from(builder.doc_count()) == t.docs
+            && builder.candidates(&[], last_doc, 2) == [last_doc];
+        exact.then_some((t.docs, builder))
+    }
+
+    /// Saves the tail for the next open when it holds at least `pairs_min` (trigram, doc)
+    /// pairs (see the module documentation). Called when the Root closes; best effort: a
+    /// tail that cannot be saved is rebuilt from the log later.
+    pub(crate) fn save_tail(&self, session: &Session, pairs_min: u64) {
+        self.wait_idle();
+        let mut guard = self.tail.write().unwrap_or_else(|p| p.into_inner());
+        let Some(t) = guard.as_mut() else {
+            return;
+        };
+        let docs = t.covered - t.first_row;
+        if docs == 0 || t.saved == t.covered || t.builder.pair_count() < pairs_min {
+            return;
+        }
+        let Some(last) = session.read().row(t.covered - 1) else {
+            return;
+        };
+        // The rows the file covers must be durable: a later open trusts them as logged.
+        if session.log().sync().is_err() {
+            return;
+        }
+        let saved = SavedTail {
+            segment: t.segment,
+            first_row: t.first_row,
+            docs,
+            last_sequence: last.sequence,
+        };
+        let path = self.dir.join(saved.file_name());
+        let written = std::fs::create_dir_all(&self.dir).is_ok() && t.builder.write(&path).is_ok();
+        if !written {
+            return;
+        }
+        t.saved = t.covered;
+        for entry in std::fs::read_dir(&self.dir).into_iter().flatten().flatten() {
+            let name = entry.file_name();
+            let old = name.to_str().and_then(SavedTail::parse);
+            if old.is_some_and(|o| o != saved) {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
     }
 
     /// Indexes rows `[tail.covered, inner.row_count())`, reading their events from the log.

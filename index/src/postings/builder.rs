@@ -313,6 +313,38 @@ impl PostingsBuilder {
         intersect(cursors, from_doc, limit).expect("in-memory cursors never fail")
     }
 
+    /// The builder that `file` was written from (same lists, so `to_bytes` gives the same
+    /// bytes), for adding more docs to postings read back from disk. Every checksum and
+    /// list of the file is checked; damage is an error.
+    pub fn from_file(file: &file::PostingsFile) -> Result<Self, IndexError> {
+        let mut b = PostingsBuilder::new();
+        let mut current: Option<(u32, List)> = None;
+        let mut pairs = 0u64;
+        file.walk(|key, doc| {
+            if current.as_ref().is_none_or(|(k, _)| *k != key) {
+                if let Some((k, list)) = current.take() {
+                    b.insert_list(k, list, &mut pairs);
+                }
+                current = Some((key, List::default()));
+            }
+            current.as_mut().expect("set above").1.push(doc);
+        })?;
+        if let Some((k, list)) = current {
+            b.insert_list(k, list, &mut pairs);
+        }
+        b.pairs = pairs;
+        Ok(b)
+    }
+
+    fn insert_list(&mut self, key: u32, list: List, pairs: &mut u64) {
+        if key == ALL_DOCS_KEY {
+            self.all_docs = list;
+        } else {
+            *pairs += u64::from(list.count);
+            self.lists.insert(key, list);
+        }
+    }
+
     /// The encoded postings file (what `write` stores).
     pub fn to_bytes(&self) -> Result<Vec<u8>, IndexError> {
         let mut keys: Vec<u32> = self.lists.keys().copied().collect();

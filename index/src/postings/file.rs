@@ -479,6 +479,13 @@ impl PostingsFile {
 
     /// Walks every checksum and decodes every list, checking order and bounds.
     pub fn verify(&self) -> Result<(), IndexError> {
+        self.walk(|_, _| {})
+    }
+
+    /// Every list in key order, each doc handed to `each(key, doc)` ascending, with every
+    /// check of [`verify`](Self::verify) made on the way (an error may come after some
+    /// lists were handed out).
+    pub(crate) fn walk(&self, mut each: impl FnMut(u32, u32)) -> Result<(), IndexError> {
         let chunks = self.chunk_table().len() / CHUNK_BYTES;
         let mut prev_key: Option<u32> = None;
         let mut prev_end = 0usize;
@@ -506,6 +513,7 @@ impl PostingsFile {
                     if last.is_some_and(|l| l >= d) {
                         return Err(self.corrupt(at, "doc ids are not strictly ascending"));
                     }
+                    each(e.key, d);
                     last = Some(d);
                     n += 1;
                 }

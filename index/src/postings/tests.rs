@@ -376,3 +376,54 @@ fn batches_file_the_same_lists_as_single_adds() {
     assert_eq!(batched.trigram_count(), one_by_one.trigram_count());
     assert_eq!(batched.to_bytes().unwrap(), one_by_one.to_bytes().unwrap());
 }
+
+#[test]
+fn a_builder_read_back_from_its_file_goes_on_like_the_original() {
+    let alphabet = b"abcde \xc3\xa9";
+    let mut rng = Rng::from_env("a_builder_read_back");
+    for seed in 0..20 {
+        let docs = 1 + rng.below(600);
+        let (mut b, m) = random_corpus(&mut rng, docs, alphabet);
+        let bytes = b.to_bytes().unwrap();
+        let file = PostingsFile::from_bytes(bytes.clone()).unwrap();
+        let mut back = PostingsBuilder::from_file(&file).unwrap();
+        assert_eq!(back.to_bytes().unwrap(), bytes, "seed {seed}");
+        assert_eq!(back.doc_count(), b.doc_count());
+        assert_eq!(back.pair_count(), b.pair_count());
+        assert_eq!(back.trigram_count(), b.trigram_count());
+        for q in queries(&mut rng, &m, alphabet) {
+            assert_eq!(
+                back.candidates(&q, 0, usize::MAX),
+                m.candidates(&q, 0, usize::MAX)
+            );
+        }
+        // Both take more docs the same way.
+        let next = m.docs.last().map_or(0, |(d, _)| d + 1);
+        for (i, text) in [&b"abcde"[..], b"", b"dd ee \xc3\xa9\xc3\xa9"]
+            .iter()
+            .enumerate()
+        {
+            b.add(next + i as u32, text);
+            back.add(next + i as u32, text);
+        }
+        assert_eq!(
+            back.to_bytes().unwrap(),
+            b.to_bytes().unwrap(),
+            "seed {seed}"
+        );
+    }
+    let empty = PostingsBuilder::new().to_bytes().unwrap();
+    let back = PostingsBuilder::from_file(&PostingsFile::from_bytes(empty.clone()).unwrap());
+    assert_eq!(back.unwrap().to_bytes().unwrap(), empty);
+}
+
+#[test]
+fn a_damaged_file_is_never_read_back_into_a_builder() {
+    let bytes = sample_file();
+    for bit in 0..bytes.len() * 8 {
+        let mut v = bytes.clone();
+        v[bit / 8] ^= 1 << (bit % 8);
+        let r = PostingsFile::from_bytes(v).and_then(|f| PostingsBuilder::from_file(&f));
+        assert!(r.is_err(), "bit {bit} flipped but the file was read back");
+    }
+}
