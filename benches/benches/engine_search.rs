@@ -304,28 +304,51 @@ fn bench(c: &mut Criterion) {
         took.as_secs_f64(),
         mb / took.as_secs_f64()
     );
-    // Disk: close (sealing finishes), then measure the Session directory.
+    // Disk: close (sealing finishes, the search tail is saved), then measure the Session
+    // directory.
+    let t = Instant::now();
     drop(root);
+    eprintln!(
+        "engine_search: close after ingest (syncs, saves the search tail) {:.1} ms",
+        t.elapsed().as_secs_f64() * 1e3
+    );
     let sdir = dir.path().join("sessions/bench");
     let log = dir_bytes(&sdir.join("log"));
     let idx = dir_bytes(&sdir.join(logbook_engine::SEARCH_DIR));
     let total = dir_bytes(&sdir);
+    let tail: u64 = std::fs::read_dir(sdir.join(logbook_engine::SEARCH_DIR))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("tail-"))
+        .map(|e| e.metadata().unwrap().len())
+        .sum();
     eprintln!(
-        "engine_search: on disk log {:.1} MB, search postings {:.1} MB, whole Session {:.1} MB = {:.2}x the raw text (postings alone {:.2}x)",
+        "engine_search: on disk log {:.1} MB, search postings {:.1} MB (saved tail {:.1} MB), whole Session {:.1} MB = {:.2}x the raw text (postings alone {:.2}x)",
         log as f64 / 1e6,
         idx as f64 / 1e6,
+        tail as f64 / 1e6,
         total as f64 / 1e6,
         total as f64 / corpus.text_bytes as f64,
         idx as f64 / corpus.text_bytes as f64
     );
-    let root = Root::open_with(dir.path(), options()).unwrap();
-    let t = Instant::now();
-    let warm = first_page(&root, "tombstone");
-    eprintln!(
-        "engine_search: first search after open (loads the tail postings) {:.1} ms",
-        t.elapsed().as_secs_f64() * 1e3
-    );
-    let _ = warm;
+    let search_dir = sdir.join(logbook_engine::SEARCH_DIR);
+    let first_search_after_open = |what: &str| {
+        let root = Root::open_with(dir.path(), options()).unwrap();
+        let t = Instant::now();
+        first_page(&root, "tombstone");
+        eprintln!(
+            "engine_search: first search after open ({what}) {:.1} ms",
+            t.elapsed().as_secs_f64() * 1e3
+        );
+        root
+    };
+    drop(first_search_after_open("reads the saved tail postings"));
+    for e in std::fs::read_dir(&search_dir).unwrap().flatten() {
+        if e.file_name().to_string_lossy().starts_with("tail-") {
+            std::fs::remove_file(e.path()).unwrap();
+        }
+    }
+    let root = first_search_after_open("no saved tail: indexes the active segment from the log");
     let texts: Vec<&str> = corpus.rows.iter().map(|(_, t)| t.as_str()).collect();
     let fts = (std::env::var("LOGBOOK_SEARCH_FTS5").as_deref() != Ok("0")).then(|| {
         let f = fts_build(&corpus);

@@ -413,9 +413,16 @@ impl Session {
         }
         let from_doc = u32::try_from(row - first).expect("a segment's rows fit in u32");
         let docs = match &source {
-            Source::Tail(t) => plan.candidates(from_doc, |k, f, l| {
-                Ok::<_, EngineError>(t.builder.candidates(k, f, l))
-            })?,
+            Source::Tail(t) => match plan.candidates(from_doc, |k, f, l| t.candidates(k, f, l)) {
+                Ok(d) => d,
+                // A damaged saved tail: this batch's rows are checked one by one, and the
+                // next search rebuilds the tail from the log.
+                Err(_) => {
+                    t.base_damaged();
+                    let to = (row + CANDIDATE_BATCH as u64).min(end);
+                    (from_doc..u32::try_from(to - first).expect("batch fits")).collect()
+                }
+            },
             Source::Sealed(seg, s) => {
                 match plan.candidates(from_doc, |k, f, l| s.candidates(k, f, l)) {
                     Ok(d) => d,

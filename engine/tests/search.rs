@@ -1038,14 +1038,36 @@ fn a_saved_tail_is_read_back_checked_and_extended() {
     assert_eq!(again.len(), 1, "{again:?}");
     assert_ne!(again, saved, "the newer tail replaced the older one");
 
-    // Damaged: refused, rebuilt from the whole log, answers unchanged, and saved whole again.
+    // Damaged lists (the first half of the data; the doc list at its end intact): a lookup
+    // that meets one checks those rows one by one instead (answers unchanged) and deletes
+    // the file, and the next search rebuilds the tail from the log.
     let mut bytes = std::fs::read(&again[0]).unwrap();
-    let at = bytes.len() / 2;
-    bytes[at] ^= 0x10;
+    // The data region follows the 64-byte header; its length is the u64 at 40.
+    let data = u64::from_le_bytes(bytes[40..48].try_into().unwrap()) as usize;
+    for b in &mut bytes[64..64 + data / 2] {
+        *b ^= 0x10;
+    }
     std::fs::write(&again[0], &bytes).unwrap();
     let tasks = std::sync::Arc::new(Tasks::default());
     let root = open(&tasks);
     check_queries(&root, &sid, &m, &mut rng, 8, seed);
+    assert!(!again[0].exists(), "seed {seed}: the damage went unnoticed");
+    check_queries(&root, &sid, &m, &mut rng, 4, seed);
+    assert_eq!(
+        rebuilt(&tasks).len(),
+        1,
+        "seed {seed}: the damaged tail was kept"
+    );
+    drop(root);
+    // A damaged header: refused on open, rebuilt at once.
+    let saved = tail_files(&sdir);
+    assert_eq!(saved.len(), 1, "{saved:?}");
+    let mut bytes = std::fs::read(&saved[0]).unwrap();
+    bytes[20] ^= 0x01;
+    std::fs::write(&saved[0], &bytes).unwrap();
+    let tasks = std::sync::Arc::new(Tasks::default());
+    let root = open(&tasks);
+    check_queries(&root, &sid, &m, &mut rng, 4, seed);
     assert_eq!(
         rebuilt(&tasks).len(),
         1,

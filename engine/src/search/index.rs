@@ -14,9 +14,11 @@
 //!   every append. When an append lands in a newer segment the builder is written out as that
 //!   segment's file. When the Root closes, a large enough tail is saved as
 //!   `search/tail-<segment>-row-<first row>-docs-<docs>-seq-<last sequence>.v<layout>.post`
-//!   (after the log is synced, so the rows it covers are durable); the first use after open
-//!   reads it back (checking the names' segment, rows and last event against the indexes, and
-//!   every checksum) and indexes only the rows after it, or rebuilds the tail from the log.
+//!   (after the log is synced, so the rows it covers are durable). The first use after open
+//!   maps it as the tail's *base* (after checking the name's segment, rows and last event
+//!   against the indexes, and the file's doc list) and indexes only the rows after it into
+//!   the builder; lookups ask both. A base found damaged by a lookup is deleted, its rows are
+//!   scanned meanwhile, and the next use rebuilds the tail from the log.
 //! - Everything here is derived: a missing, foreign, stale (format or Unicode version) or
 //!   damaged file is rebuilt from the log when a search needs it; if it cannot be written the
 //!   postings are kept in memory for the life of the process.
@@ -82,9 +84,69 @@ pub(crate) struct Tail {
     pub first_row: u64,
     /// Rows `[0, covered)` are indexed (the ones before `first_row` by finished segments).
     pub covered: u64,
+    /// Docs `[base.docs, ..)`; all of them when there is no base.
     pub builder: PostingsBuilder,
+    /// Docs `[0, docs)` read back from a saved tail.
+    base: Option<Base>,
     /// `covered` when the tail was last saved or read back from a saved file (0: never).
     saved: u64,
+}
+
+/// A saved tail file in use, covering the tail's first `docs` docs.
+struct Base {
+    file: PostingsFile,
+    docs: u32,
+    /// A lookup found the file damaged: it is deleted and the tail rebuilt on next use.
+    damaged: std::sync::atomic::AtomicBool,
+}
+
+impl Tail {
+    /// Docs `>= from_doc` holding all `trigrams`, ascending, at most `limit`: from the base,
+    /// then the builder. An error means the base is damaged.
+    pub(crate) fn candidates(
+        &self,
+        trigrams: &[u32],
+        from_doc: u32,
+        limit: usize,
+    ) -> Result<Vec<u32>, logbook_index::IndexError> {
+        let (mut out, from) = match &self.base {
+            Some(b) if from_doc < b.docs => (b.file.candidates(trigrams, from_doc, limit)?, b.docs),
+            Some(b) => (Vec::new(), from_doc.max(b.docs)),
+            None => (Vec::new(), from_doc),
+        };
+        if out.len() < limit {
+            out.extend(self.builder.candidates(trigrams, from, limit - out.len()));
+        }
+        Ok(out)
+    }
+
+    /// Marks the base damaged and deletes its file (the map stays readable until dropped).
+    pub(crate) fn base_damaged(&self) {
+        if let Some(b) = &self.base {
+            if !b.damaged.swap(true, std::sync::atomic::Ordering::AcqRel) {
+                let _ = std::fs::remove_file(b.file.path());
+            }
+        }
+    }
+
+    fn is_damaged(&self) -> bool {
+        self.base
+            .as_ref()
+            .is_some_and(|b| b.damaged.load(std::sync::atomic::Ordering::Acquire))
+    }
+
+    /// All the tail's postings in one builder (the base decoded; `None` when it is damaged).
+    fn merged(&mut self) -> Option<PostingsBuilder> {
+        let delta = std::mem::take(&mut self.builder);
+        match self.base.take() {
+            None => Some(delta),
+            Some(b) => {
+                let mut all = PostingsBuilder::from_file(&b.file).ok()?;
+                all.append(&delta);
+                Some(all)
+            }
+        }
+    }
 }
 
 /// What a saved tail's file name records.
@@ -337,7 +399,10 @@ impl SearchIndex {
         {
             let guard = self.tail.read().unwrap_or_else(|p| p.into_inner());
             let rows = session.read().row_count();
-            if guard.as_ref().is_some_and(|t| t.covered >= rows) {
+            if guard
+                .as_ref()
+                .is_some_and(|t| t.covered >= rows && !t.is_damaged())
+            {
                 return Ok(guard);
             }
         }
@@ -355,6 +420,9 @@ impl SearchIndex {
         session: &Session,
         tail: &mut Option<Tail>,
     ) -> Result<(), EngineError> {
+        if tail.as_ref().is_some_and(Tail::is_damaged) {
+            *tail = None;
+        }
         let inner = session.read();
         let r = match tail.as_mut() {
             Some(t) => self.catch_up(session, &inner, t),
@@ -380,11 +448,12 @@ impl SearchIndex {
             first_row,
             covered: first_row,
             builder: PostingsBuilder::new(),
+            base: None,
             saved: 0,
         };
-        if let Some((docs, builder)) = self.read_saved_tail(session, inner, segment, first_row) {
-            tail.covered = first_row + docs;
-            tail.builder = builder;
+        if let Some(base) = self.read_saved_tail(session, inner, segment, first_row) {
+            tail.covered = first_row + u64::from(base.docs);
+            tail.base = Some(base);
             tail.saved = tail.covered;
         }
         self.catch_up(session, inner, &mut tail)?;
@@ -399,7 +468,7 @@ impl SearchIndex {
         inner: &Inner,
         segment: u64,
         first_row: u64,
-    ) -> Option<(u64, PostingsBuilder)> {
+    ) -> Option<Base> {
         let mut found = Vec::new();
         for entry in std::fs::read_dir(&self.dir).ok()?.flatten() {
             let name = entry.file_name();
@@ -429,7 +498,7 @@ impl SearchIndex {
         segment: u64,
         first_row: u64,
         t: SavedTail,
-    ) -> Option<(u64, PostingsBuilder)> {
+    ) -> Option<Base> {
         let last_row = first_row.checked_add(t.docs.checked_sub(1)?)?;
         let fits = t.segment == segment
             && t.first_row == first_row
@@ -439,13 +508,13 @@ impl SearchIndex {
         if !fits {
             return None;
         }
+        let docs = u32::try_from(t.docs).ok()?;
         let file = PostingsFile::open(&self.dir.join(t.file_name())).ok()?;
-        let builder = PostingsBuilder::from_file(&file).ok()?;
-        // Exactly docs 0..docs: as many distinct docs as that, none above the last.
-        let last_doc = u32::try_from(t.docs - 1).ok()?;
-        let exact = u64::from(builder.doc_count()) == t.docs
-            && builder.candidates(&[], last_doc, 2) == [last_doc];
-        exact.then_some((t.docs, builder))
+        file_matches(&file, t.docs).then_some(Base {
+            file,
+            docs,
+            damaged: false.into(),
+        })
     }
 
     /// Saves the tail for the next open when it holds at least `pairs_min` (trigram, doc)
@@ -458,7 +527,9 @@ impl SearchIndex {
             return;
         };
         let docs = t.covered - t.first_row;
-        if docs == 0 || t.saved == t.covered || t.builder.pair_count() < pairs_min {
+        // A base was saved because it was large enough, and the tail only grew since.
+        let large = t.base.is_some() || t.builder.pair_count() >= pairs_min;
+        if docs == 0 || t.saved == t.covered || !large {
             return;
         }
         let Some(last) = session.read().row(t.covered - 1) else {
@@ -475,7 +546,13 @@ impl SearchIndex {
             last_sequence: last.sequence,
         };
         let path = self.dir.join(saved.file_name());
-        let written = std::fs::create_dir_all(&self.dir).is_ok() && t.builder.write(&path).is_ok();
+        // Called at close: the tail is not used after this, so it may be taken apart.
+        let Some(all) = t.merged() else {
+            *guard = None;
+            return;
+        };
+        let written = std::fs::create_dir_all(&self.dir).is_ok() && all.write(&path).is_ok();
+        t.builder = all;
         if !written {
             return;
         }
@@ -672,7 +749,8 @@ impl Shared {
 
     /// The tail's segment is finished: write its postings and start `segment`'s.
     fn roll(&self, tail: &mut Tail, segment: u64) {
-        let builder = std::mem::take(&mut tail.builder);
+        // A damaged base leaves no file: `sealed` rebuilds the segment's from the log.
+        let builder = tail.merged().unwrap_or_default();
         if builder.doc_count() > 0 {
             let sealed = Sealed {
                 first_row: tail.first_row,

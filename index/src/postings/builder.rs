@@ -336,6 +336,32 @@ impl PostingsBuilder {
         Ok(b)
     }
 
+    /// Adds every doc of `later`, all of whose docs come after this builder's (a caller bug
+    /// otherwise: panics), so that `self` holds what one builder given both would.
+    pub fn append(&mut self, later: &PostingsBuilder) {
+        let mut docs = Vec::new();
+        later.all_docs.docs_into(&mut docs);
+        let Some(&first) = docs.first() else {
+            return;
+        };
+        assert!(
+            self.all_docs.count == 0 || first > self.all_docs.last,
+            "PostingsBuilder::append: doc {first} after doc {}: docs must come later",
+            self.all_docs.last
+        );
+        for &d in &docs {
+            self.all_docs.push(d);
+        }
+        for (&key, list) in &later.lists {
+            list.docs_into(&mut docs);
+            let into = self.lists.entry(key).or_default();
+            for &d in &docs {
+                into.push(d);
+            }
+        }
+        self.pairs += later.pairs;
+    }
+
     fn insert_list(&mut self, key: u32, list: List, pairs: &mut u64) {
         if key == ALL_DOCS_KEY {
             self.all_docs = list;

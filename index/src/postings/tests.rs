@@ -427,3 +427,56 @@ fn a_damaged_file_is_never_read_back_into_a_builder() {
         assert!(r.is_err(), "bit {bit} flipped but the file was read back");
     }
 }
+
+#[test]
+fn appending_a_later_builder_is_adding_its_docs() {
+    let mut rng = Rng::from_env("appending_a_later_builder");
+    for _ in 0..20 {
+        let docs = 1 + rng.below(300);
+        let (_, m) = random_corpus(&mut rng, docs, b"abcd \xc3\xa9");
+        // The same docs, split at a random doc into two builders.
+        let cut = rng.below(m.docs.len() + 1);
+        let texts: Vec<(u32, Vec<u8>)> = m
+            .docs
+            .iter()
+            .map(|(d, set)| {
+                let mut t = Vec::new();
+                for g in set {
+                    t.extend_from_slice(&g.to_be_bytes()[1..]);
+                    t.push(0);
+                }
+                (*d, t)
+            })
+            .collect();
+        let mut first = PostingsBuilder::new();
+        let mut later = PostingsBuilder::new();
+        let mut both = PostingsBuilder::new();
+        for (i, (d, t)) in texts.iter().enumerate() {
+            if i < cut {
+                first.add(*d, t)
+            } else {
+                later.add(*d, t)
+            }
+            both.add(*d, t);
+        }
+        let mut read_back = PostingsBuilder::from_file(
+            &PostingsFile::from_bytes(first.to_bytes().unwrap()).unwrap(),
+        )
+        .unwrap();
+        first.append(&later);
+        read_back.append(&later);
+        assert_eq!(first.to_bytes().unwrap(), both.to_bytes().unwrap());
+        assert_eq!(read_back.to_bytes().unwrap(), both.to_bytes().unwrap());
+        assert_eq!(first.pair_count(), both.pair_count());
+    }
+}
+
+#[test]
+#[should_panic(expected = "docs must come later")]
+fn appending_earlier_docs_panics() {
+    let mut a = PostingsBuilder::new();
+    a.add(5, b"abc");
+    let mut b = PostingsBuilder::new();
+    b.add(5, b"abd");
+    a.append(&b);
+}
