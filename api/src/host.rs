@@ -205,14 +205,14 @@ impl Host {
             )));
         };
         let event = match watch.next(Duration::from_millis(timeout))? {
-            logbook_fs::WatchEvent::Changed => FileWatchEvent::Changed,
-            logbook_fs::WatchEvent::Unavailable => FileWatchEvent::Unavailable,
-            logbook_fs::WatchEvent::Closed => {
+            _ if slot.closer.is_closed() => {
                 return Err(ApiError::not_found(format!(
                     "watch {:?} was closed while waiting",
                     p.watch_id
                 )))
             }
+            logbook_fs::WatchEvent::Changed => FileWatchEvent::Changed,
+            logbook_fs::WatchEvent::Unavailable => FileWatchEvent::Unavailable,
             _ => FileWatchEvent::Timeout,
         };
         Ok(WatchFilesNextResult { event })

@@ -60,12 +60,11 @@ pub enum WatchEvent {
     Unavailable,
     /// Nothing happened within the timeout.
     Timeout,
-    /// The watch was closed through its [`WatchCloser`]; the watch is over.
-    Closed,
 }
 
 /// Ends a [`DirWatch`] from another thread (see [`DirWatch::closer`]): a `next` waiting on
-/// it returns [`WatchEvent::Closed`] at once, and so does every later one.
+/// it returns [`WatchEvent::Unavailable`] at once, and so does every later one
+/// ([`WatchCloser::is_closed`] tells this end from the directory's going away).
 #[derive(Clone, Debug)]
 pub struct WatchCloser(Arc<CloseSignal>);
 
@@ -79,6 +78,11 @@ struct CloseSignal {
 }
 
 impl WatchCloser {
+    /// True once [`close`](Self::close) was called.
+    pub fn is_closed(&self) -> bool {
+        self.0.closed.load(Ordering::Acquire)
+    }
+
     pub fn close(&self) {
         self.0.closed.store(true, Ordering::Release);
         if let Some(fd) = &self.0.wake {
@@ -273,11 +277,11 @@ impl DirWatch {
         self.signal.closed.load(Ordering::Acquire)
     }
 
-    /// Waits up to `timeout` for a change; see [`WatchEvent`]. Once `Unavailable` or
-    /// `Closed`, always so.
+    /// Waits up to `timeout` for a change; see [`WatchEvent`]. Once `Unavailable` (also after
+    /// a [`WatchCloser::close`]), always so.
     pub fn next(&mut self, timeout: Duration) -> Result<WatchEvent, FsError> {
         if self.is_closed() {
-            return Ok(WatchEvent::Closed);
+            return Ok(self.give_up());
         }
         if self.backend.is_none() {
             return Ok(WatchEvent::Unavailable);
@@ -305,7 +309,7 @@ impl DirWatch {
             };
             self.wait((deadline - now).min(Duration::from_millis(step)))?;
             if self.is_closed() {
-                return Ok(WatchEvent::Closed);
+                return Ok(self.give_up());
             }
             if self.checked_at.elapsed() >= Duration::from_millis(WATCH_RECHECK_MS)
                 && !self.resolves_to_same()
