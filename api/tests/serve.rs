@@ -478,11 +478,11 @@ fn workspace_reads_never_follow_links() {
 fn git_status_and_diff_match_the_repository() {
     let root = new_root();
     let ws = tempfile::tempdir().unwrap();
-    let git = |args: &[&str]| {
+    let git_in = |dir: &std::path::Path, args: &[&str]| {
         let out = std::process::Command::new("git")
             .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
             .args(args)
-            .current_dir(ws.path())
+            .current_dir(dir)
             .env("GIT_CONFIG_NOSYSTEM", "1")
             .output()
             .unwrap();
@@ -492,6 +492,7 @@ fn git_status_and_diff_match_the_repository() {
             String::from_utf8_lossy(&out.stderr)
         );
     };
+    let git = |args: &[&str]| git_in(ws.path(), args);
     let mut s = Server::start(root.path());
     create(&mut s, "plain", Some(ws.path()));
     assert_eq!(
@@ -555,26 +556,13 @@ fn git_status_and_diff_match_the_repository() {
     assert_eq!(digest(text.as_bytes()), p["digest"].as_str().unwrap());
     assert!(text.contains("+++ b/b.txt"), "{text}");
     let clone = tempfile::tempdir().unwrap();
-    let run = |dir: &std::path::Path, args: &[&str]| {
-        let out = std::process::Command::new("git")
-            .args(args)
-            .current_dir(dir)
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "git {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    run(
+    git_in(
         clone.path(),
         &["clone", "-q", ws.path().to_str().unwrap(), "c"],
     );
     let patch_file = clone.path().join("snap.patch");
     std::fs::write(&patch_file, &text).unwrap();
-    run(
+    git_in(
         &clone.path().join("c"),
         &["apply", patch_file.to_str().unwrap()],
     );
