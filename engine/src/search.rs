@@ -155,6 +155,14 @@ impl Plan {
     }
 }
 
+/// A batch of candidates without postings: every row from `row` on (docs counted from
+/// `first`), at most a batch, not past `end`.
+fn every_row(row: u64, first: u64, end: u64) -> Vec<u32> {
+    let to = (row + CANDIDATE_BATCH as u64).min(end);
+    let doc = |r: u64| u32::try_from(r - first).expect("batch fits");
+    (doc(row)..doc(to)).collect()
+}
+
 /// Where candidates for a run of rows come from.
 enum Source<'a> {
     Tail(&'a Tail),
@@ -419,8 +427,7 @@ impl Session {
                 // next search rebuilds the tail from the log.
                 Err(_) => {
                     t.base_damaged();
-                    let to = (row + CANDIDATE_BATCH as u64).min(end);
-                    (from_doc..u32::try_from(to - first).expect("batch fits")).collect()
+                    every_row(row, first, end)
                 }
             },
             Source::Sealed(seg, s) => {
@@ -433,10 +440,7 @@ impl Session {
                     }
                 }
             }
-            Source::Uncovered => {
-                let to = (row + CANDIDATE_BATCH as u64).min(end);
-                (from_doc..u32::try_from(to - first).expect("batch fits")).collect()
-            }
+            Source::Uncovered => every_row(row, first, end),
         };
         Ok((first, end, docs))
     }

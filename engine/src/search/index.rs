@@ -469,13 +469,7 @@ impl SearchIndex {
         segment: u64,
         first_row: u64,
     ) -> Option<Base> {
-        let mut found = Vec::new();
-        for entry in std::fs::read_dir(&self.dir).ok()?.flatten() {
-            let name = entry.file_name();
-            if let Some(t) = name.to_str().and_then(SavedTail::parse) {
-                found.push(t);
-            }
-        }
+        let mut found = self.saved_tails();
         // The one that covers most first; older ones stay only until a better one is read.
         found.sort_by_key(|t| std::cmp::Reverse(t.docs));
         let mut chosen = None;
@@ -557,13 +551,19 @@ impl SearchIndex {
             return;
         }
         t.saved = t.covered;
-        for entry in std::fs::read_dir(&self.dir).into_iter().flatten().flatten() {
-            let name = entry.file_name();
-            let old = name.to_str().and_then(SavedTail::parse);
-            if old.is_some_and(|o| o != saved) {
-                let _ = std::fs::remove_file(entry.path());
+        for old in self.saved_tails() {
+            if old != saved {
+                let _ = std::fs::remove_file(self.dir.join(old.file_name()));
             }
         }
+    }
+
+    /// The saved tails in the search directory, by their names (none when it is missing).
+    fn saved_tails(&self) -> Vec<SavedTail> {
+        let entries = std::fs::read_dir(&self.dir).into_iter().flatten().flatten();
+        entries
+            .filter_map(|e| e.file_name().to_str().and_then(SavedTail::parse))
+            .collect()
     }
 
     /// Indexes rows `[tail.covered, inner.row_count())`, reading their events from the log.
