@@ -130,13 +130,19 @@ impl DocCursor for ListCursor<'_> {
 /// pair is in its list.
 #[derive(Debug, Default)]
 pub struct PostingsBuilder {
-    lists: TrigramMap<List>,
+    /// Index into `lists` of each trigram's list. Kept apart from the lists so the table
+    /// stays small (8 bytes a trigram) and mostly in cache while a batch is filed.
+    slots: TrigramMap<u32>,
+    /// `(trigram, list)`, in the order trigrams were first seen.
+    lists: Vec<(u32, List)>,
     all_docs: List,
     pairs: u64,
     /// Pairs of the open batch, `trigram << 32 | doc`, docs ascending; empty outside one.
     pending: Vec<u64>,
     /// Scratch of the radix sort (kept for its capacity).
     scratch: Vec<u64>,
+    /// Scratch of `file_pending`: `(list index, pairs)` of each run of the sorted pairs.
+    runs: Vec<(u32, u32)>,
 }
 
 /// Pairs a batch collects before it files them (2 MiB of pairs, plus as much scratch).
@@ -166,6 +172,16 @@ impl Drop for PostingsBatch<'_> {
     fn drop(&mut self) {
         self.builder.file_pending();
     }
+}
+
+/// Index in `lists` of `key`'s list (found through `slots`), created empty if there is none.
+fn slot_of(slots: &mut TrigramMap<u32>, lists: &mut Vec<(u32, List)>, key: u32) -> u32 {
+    let next = lists.len() as u32;
+    let i = *slots.entry(key).or_insert(next);
+    if i == next {
+        lists.push((key, List::default()));
+    }
+    i
 }
 
 /// Sorts `pairs` stably by trigram (bits 32..56), two 12-bit digits, using `scratch`.
@@ -255,13 +271,27 @@ impl PostingsBuilder {
             return;
         }
         radix_sort_by_trigram(&mut self.pending, &mut self.scratch);
-        let mut pairs = 0u64;
+        // Two passes over the runs (one per distinct trigram): the first loop, only lookups,
+        // is small enough for the core to keep many of the slot table's cache misses in
+        // flight at once, where one loop doing both waited for each in turn (12 % of the
+        // indexing time on the 500 MB corpus).
+        // 1. Each run's list, created when new.
+        let runs = &mut self.runs;
+        runs.clear();
         for run in self.pending.chunk_by(|a, b| a >> 32 == b >> 32) {
-            let list = self.lists.entry((run[0] >> 32) as u32).or_default();
+            let i = slot_of(&mut self.slots, &mut self.lists, (run[0] >> 32) as u32);
+            runs.push((i, run.len() as u32));
+        }
+        // 2. File the pairs.
+        let mut pairs = 0u64;
+        let mut at = 0;
+        for &(i, n) in runs.iter() {
+            let list = &mut self.lists[i as usize].1;
             let before = list.count;
-            for &p in run {
+            for &p in &self.pending[at..at + n as usize] {
                 list.push(p as u32);
             }
+            at += n as usize;
             pairs += u64::from(list.count - before);
         }
         self.pairs += pairs;
@@ -286,11 +316,13 @@ impl PostingsBuilder {
     /// Approximate heap bytes held by the lists.
     pub fn memory_bytes(&self) -> usize {
         self.lists
-            .values()
-            .map(|l| l.bytes.capacity() + std::mem::size_of::<(u32, List)>())
+            .iter()
+            .map(|(_, l)| l.bytes.capacity())
             .sum::<usize>()
+            + self.lists.capacity() * std::mem::size_of::<(u32, List)>()
+            + self.slots.capacity() * std::mem::size_of::<(u32, u32)>()
             + self.all_docs.bytes.capacity()
-            + (self.pending.capacity() + self.scratch.capacity()) * 8
+            + (self.pending.capacity() + self.scratch.capacity() + self.runs.capacity()) * 8
     }
 
     /// Docs `>= from_doc` holding ALL `trigrams`, ascending, at most `limit`.
@@ -305,8 +337,8 @@ impl PostingsBuilder {
             cursors.push(ListCursor::new(&self.all_docs));
         }
         for t in &trigrams {
-            match self.lists.get(t) {
-                Some(list) => cursors.push(ListCursor::new(list)),
+            match self.slots.get(t) {
+                Some(&i) => cursors.push(ListCursor::new(&self.lists[i as usize].1)),
                 None => return Vec::new(),
             }
         }
@@ -352,9 +384,10 @@ impl PostingsBuilder {
         for &d in &docs {
             self.all_docs.push(d);
         }
-        for (&key, list) in &later.lists {
+        for (key, list) in &later.lists {
             list.docs_into(&mut docs);
-            let into = self.lists.entry(key).or_default();
+            let i = slot_of(&mut self.slots, &mut self.lists, *key);
+            let into = &mut self.lists[i as usize].1;
             for &d in &docs {
                 into.push(d);
             }
@@ -367,21 +400,25 @@ impl PostingsBuilder {
             self.all_docs = list;
         } else {
             *pairs += u64::from(list.count);
-            self.lists.insert(key, list);
+            let i = slot_of(&mut self.slots, &mut self.lists, key);
+            self.lists[i as usize].1 = list;
         }
     }
 
     /// The encoded postings file (what `write` stores).
     pub fn to_bytes(&self) -> Result<Vec<u8>, IndexError> {
-        let mut keys: Vec<u32> = self.lists.keys().copied().collect();
-        keys.sort_unstable();
+        // (trigram, index in `lists`), in trigram order.
+        let mut order: Vec<(u32, u32)> = (0..self.lists.len() as u32)
+            .map(|i| (self.lists[i as usize].0, i))
+            .collect();
+        order.sort_unstable();
         // Bit-packed blocks come out smaller than the in-memory varints.
-        let estimate =
-            self.lists.values().map(|l| l.bytes.len()).sum::<usize>() + self.all_docs.bytes.len();
-        let mut writer = file::Writer::with_capacity(estimate, keys.len() + 1);
+        let estimate = self.lists.iter().map(|(_, l)| l.bytes.len()).sum::<usize>()
+            + self.all_docs.bytes.len();
+        let mut writer = file::Writer::with_capacity(estimate, order.len() + 1);
         let mut docs = Vec::new();
-        for k in keys {
-            self.lists[&k].docs_into(&mut docs);
+        for (k, i) in order {
+            self.lists[i as usize].1.docs_into(&mut docs);
             writer.list(k, &docs)?;
         }
         if self.all_docs.count > 0 {
