@@ -15,7 +15,25 @@
 //!
 //! Receipts: a `recordDiagnostic` operation is scoped to its Session. A repeat with the same
 //! parameters returns the first result; other parameters, or an operation that the Session's
-//! history mutations already used, fail with Conflict.
+//! history mutations already used, fail with Conflict. The other way round, every other
+//! mutation of the Session (append, send, stop, respond, fork, snapshotPatch) asks the
+//! Session's diagnostics (`DiagLog::recorded`, which reads the log on first use, so this holds
+//! across restarts) and fails with Conflict when its operation recorded a diagnostic.
+//!
+//! The race between a `recordDiagnostic` and another mutation of the same Session with the
+//! same operation is decided by the Session's writer lock: each checks and commits under it.
+//! `recordDiagnostic` (through `Session::with_operation`) holds it from its look-up of the
+//! Session's receipts and fork operations until its diagnostic and receipt are in the
+//! diagnostics log and in `receipts`; every other mutation (`Session::mutate`,
+//! `Session::with_writer` for a fork) holds it from its look-up here until its receipt is in
+//! the Session log (a fork: until the source knows the fork's operation). So one of the two
+//! runs wholly before the other, and the second finds the first's receipt: Conflict. A
+//! mutation that fails stores no receipt and does not block the other.
+//!
+//! Lock order: the Session's writer lock, then (a Session's `inner`, released again, then) the
+//! diagnostics state lock. The state lock is a leaf: no other engine lock is taken while it is
+//! held (only the diagnostics log's own I/O runs under it), so a mutation holding Session locks
+//! may wait for it, and nothing holding it ever waits for a Session lock.
 
 use crate::error::EngineError;
 use crate::records;
@@ -26,7 +44,7 @@ use logbook_log::{Log, Record};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 /// Record kind of a diagnostic (with its receipt) in a diagnostics log.
@@ -146,6 +164,8 @@ struct DiagRecord {
 
 #[derive(Default)]
 struct DiagState {
+    /// False until the log has been read (on the first use of the diagnostics).
+    loaded: bool,
     log: Option<Log>,
     items: Vec<Diagnostic>,
     receipts: HashMap<String, ([u8; 32], RecordDiagnosticResult)>,
@@ -154,27 +174,61 @@ struct DiagState {
 /// One Session's diagnostics, loaded on first use.
 pub(crate) struct DiagLog {
     dir: PathBuf,
+    config: logbook_log::LogConfig,
     state: Mutex<DiagState>,
     changed: Condvar,
 }
 
 impl DiagLog {
-    fn open(dir: PathBuf, config: logbook_log::LogConfig) -> Result<DiagLog, EngineError> {
-        let mut st = DiagState::default();
+    /// The diagnostics of the Session whose directory is `session_dir` (nothing is read yet).
+    fn new(session_dir: &Path, config: logbook_log::LogConfig) -> DiagLog {
+        DiagLog {
+            dir: session_dir.join(DIAGNOSTICS_DIR),
+            config,
+            state: Mutex::new(DiagState::default()),
+            changed: Condvar::new(),
+        }
+    }
+
+    /// Locks the state, reading the log first on the first use (again after a failed read).
+    fn state(&self) -> Result<MutexGuard<'_, DiagState>, EngineError> {
+        let mut st = lock(&self.state);
+        if !st.loaded {
+            *st = Self::load(&self.dir, self.config.clone())?;
+        }
+        Ok(st)
+    }
+
+    /// The id of the diagnostic that `operation` recorded in this Session, if it recorded one.
+    /// Takes the state lock only for the look-up (it is a leaf lock: see the module doc).
+    pub(crate) fn recorded(&self, operation: &str) -> Result<Option<String>, EngineError> {
+        Ok(self
+            .state()?
+            .receipts
+            .get(operation)
+            .map(|(_, r)| r.id.clone()))
+    }
+
+    /// Reads the log in `dir` whole (an empty state when it was never made).
+    fn load(dir: &Path, config: logbook_log::LogConfig) -> Result<DiagState, EngineError> {
+        let mut st = DiagState {
+            loaded: true,
+            ..DiagState::default()
+        };
         if dir.is_dir() {
-            let (log, _) = Log::open(&dir, config)?;
+            let (log, _) = Log::open(dir, config)?;
             for item in log.scan(log.start()) {
                 let (loc, record, _) = item?;
                 if record.kind != KIND_DIAGNOSTIC {
                     return Err(EngineError::corrupt(
-                        &dir,
+                        dir,
                         format!("unknown record kind {} at {loc:?}", record.kind),
                     ));
                 }
-                let r: DiagRecord = records::decode(&dir, "a diagnostic record", &record.payload)?;
+                let r: DiagRecord = records::decode(dir, "a diagnostic record", &record.payload)?;
                 if r.revision != st.items.len() as u64 + 1 {
                     return Err(EngineError::corrupt(
-                        &dir,
+                        dir,
                         format!(
                             "diagnostic at {loc:?} has revision {} where {} was expected",
                             r.revision,
@@ -196,22 +250,36 @@ impl DiagLog {
             }
             st.log = Some(log);
         }
-        Ok(DiagLog {
-            dir,
-            state: Mutex::new(st),
-            changed: Condvar::new(),
-        })
+        Ok(st)
     }
 
-    fn revision(&self) -> u64 {
-        lock(&self.state).items.len() as u64
+    fn revision(&self) -> Result<u64, EngineError> {
+        Ok(self.state()?.items.len() as u64)
     }
 }
 
-/// Diagnostics logs of the Root's Sessions, opened lazily.
+/// Diagnostics logs of the Root's Sessions by Session id, each read on its first use.
 #[derive(Default)]
 pub(crate) struct DiagLogs {
     open: Mutex<HashMap<String, Arc<DiagLog>>>,
+}
+
+impl DiagLogs {
+    /// The diagnostics log of Session `id`, whose directory is `session_dir` (made here on the
+    /// first ask, without reading anything). The Session keeps it when it is opened, so its
+    /// mutations can refuse an operation that recorded a diagnostic.
+    pub(crate) fn of(
+        &self,
+        id: &str,
+        session_dir: &Path,
+        config: logbook_log::LogConfig,
+    ) -> Arc<DiagLog> {
+        let mut open = lock(&self.open);
+        Arc::clone(
+            open.entry(id.to_owned())
+                .or_insert_with(|| Arc::new(DiagLog::new(session_dir, config))),
+        )
+    }
 }
 
 fn validate_cause(c: &DiagnosticCause) -> Result<(), EngineError> {
@@ -292,18 +360,8 @@ fn decode_cursor(text: &str, session_id: &str, through: u64) -> Result<u64, Engi
 
 impl Root {
     fn diag_log(&self, session_id: &str) -> Result<Arc<DiagLog>, EngineError> {
-        // The Session must exist (NotFound otherwise); its directory holds the log.
-        let s = self.session(session_id)?;
-        let mut open = lock(&self.shared.extras.diags.open);
-        if let Some(d) = open.get(session_id) {
-            return Ok(Arc::clone(d));
-        }
-        let d = Arc::new(DiagLog::open(
-            s.dir().join(DIAGNOSTICS_DIR),
-            self.shared.log_config(),
-        )?);
-        open.insert(session_id.to_owned(), Arc::clone(&d));
-        Ok(d)
+        // The Session must exist (NotFound otherwise); it holds its diagnostics log.
+        Ok(Arc::clone(self.session(session_id)?.diags()))
     }
 
     /// Appends one diagnostic (once per operation) and wakes `watchDiagnostics` waiters.
@@ -319,44 +377,63 @@ impl Root {
             "recordDiagnostic",
             &(&p.kind, &p.invocation, &p.cause.code, &p.cause.message),
         );
-        let d = self.diag_log(&p.session_id)?;
-        let mut st = lock(&d.state);
-        if let Some((digest, result)) = st.receipts.get(&p.operation) {
-            if *digest == params {
-                return Ok(result.clone());
+        let d = Arc::clone(s.diags());
+        // Under the Session's writer lock, from the checks until the receipt is stored: no
+        // other mutation of the Session runs meanwhile (see the module doc for the race).
+        let result = s.with_operation(&p.operation, |used| {
+            // The invocation check and the revision, before the (leaf) diagnostics lock.
+            let (known, sequence) = {
+                let inner = s.read();
+                let st = &inner.state;
+                (st.invocations.contains_key(&p.invocation), st.revision)
+            };
+            let mut st = d.state()?;
+            if let Some((digest, result)) = st.receipts.get(&p.operation) {
+                if *digest == params {
+                    return Ok(result.clone());
+                }
+                return Err(EngineError::conflict(format!(
+                    "operation {:?} already recorded diagnostic {} in Session {} with other parameters; \
+                     use a new operation",
+                    p.operation, result.id, p.session_id
+                )));
             }
-            return Err(EngineError::conflict(format!(
-                "operation {:?} already recorded diagnostic {} in Session {} with other parameters; \
-                 use a new operation",
-                p.operation, result.id, p.session_id
-            )));
-        }
-        if s.receipt(&p.operation)?.is_some() || s.is_fork_op(&p.operation) {
-            return Err(EngineError::conflict(format!(
-                "operation {:?} was already used in Session {} for another mutation",
-                p.operation, p.session_id
-            )));
-        }
-        let sequence = {
-            let inner = s.read();
-            if !inner.state.invocations.contains_key(&p.invocation) {
+            if used {
+                return Err(EngineError::conflict(format!(
+                    "operation {:?} was already used in Session {} for another mutation",
+                    p.operation, p.session_id
+                )));
+            }
+            if !known {
                 return Err(EngineError::not_found(format!(
                     "invocation {:?} in Session {}",
                     p.invocation, p.session_id
                 )));
             }
-            inner.state.revision
-        };
+            Self::append_diagnostic(&d, &mut st, &p, params, sequence)
+        })?;
+        d.changed.notify_all();
+        Ok(result)
+    }
+
+    /// Writes one new diagnostic and its receipt (the checks are done) at `sequence`.
+    fn append_diagnostic(
+        d: &DiagLog,
+        st: &mut DiagState,
+        p: &RecordDiagnosticParams,
+        params: [u8; 32],
+        sequence: u64,
+    ) -> Result<RecordDiagnosticResult, EngineError> {
         if st.log.is_none() {
-            st.log = Some(create_log(&d.dir, self.shared.log_config())?);
+            st.log = Some(create_log(&d.dir, d.config.clone())?);
         }
         let revision = st.items.len() as u64 + 1;
         let diagnostic = Diagnostic {
             id: format!("diag-{revision}"),
             kind: p.kind,
-            invocation: p.invocation,
+            invocation: p.invocation.clone(),
             sequence,
-            cause: p.cause,
+            cause: p.cause.clone(),
             at: now_ms(),
         };
         let record = DiagRecord {
@@ -375,9 +452,8 @@ impl Root {
             revision,
         };
         st.items.push(diagnostic);
-        st.receipts.insert(p.operation, (params, result.clone()));
-        drop(st);
-        d.changed.notify_all();
+        st.receipts
+            .insert(p.operation.clone(), (params, result.clone()));
         Ok(result)
     }
 
@@ -390,7 +466,7 @@ impl Root {
             )));
         }
         let d = self.diag_log(&p.session_id)?;
-        let st = lock(&d.state);
+        let st = d.state()?;
         let rev = st.items.len() as u64;
         let through = match p.through {
             None => rev,
@@ -437,7 +513,7 @@ impl Root {
         let d = self.diag_log(&p.session_id)?;
         let after = p.after.unwrap_or(0);
         let deadline = std::time::Instant::now() + Duration::from_millis(timeout_ms);
-        let mut st = lock(&d.state);
+        let mut st = d.state()?;
         loop {
             let rev = st.items.len() as u64;
             let now = std::time::Instant::now();
@@ -454,7 +530,7 @@ impl Root {
 
     /// The current diagnostics revision of a Session (0 when it recorded none).
     pub fn diagnostics_revision(&self, session_id: &str) -> Result<u64, EngineError> {
-        Ok(self.diag_log(session_id)?.revision())
+        self.diag_log(session_id)?.revision()
     }
 }
 

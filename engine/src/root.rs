@@ -1003,12 +1003,14 @@ impl Shared {
                 "the Root log lists this Session but its directory is missing",
             ));
         }
+        let diags = self.extras.diags.of(id, &dir, self.log_config());
         let s = Arc::new(Session::open_with(
             id,
             &dir,
             self.log_config(),
             base,
             self.options.progress.clone(),
+            diags,
         )?);
         for (source, operation) in lock(&self.extras.forks).keys() {
             if source == id {

@@ -12,6 +12,7 @@
 //! the indexes are cut back to C, the event at C is read to prove it is still in the log, and
 //! only the records after it are scanned.
 
+use crate::diagnostics::DiagLog;
 use crate::error::EngineError;
 use crate::event::{rows_of, Branch, Event, RowKind, RowSource, SessionCreated};
 use crate::progress::{ProgressSink, ProgressUnit};
@@ -378,6 +379,10 @@ pub(crate) struct Session {
     /// Operations of this Session that made layered forks (their receipt is the fork's Root
     /// log record): a mutation under one of them is a conflict, as for a stored receipt.
     fork_ops: Mutex<HashSet<String>>,
+    /// The Session's diagnostics (read on first use): a mutation under an operation that
+    /// recorded a diagnostic is a conflict, as for a stored receipt. Its lock is taken after
+    /// the writer lock, never before it (see `crate::diagnostics`).
+    diags: Arc<DiagLog>,
     /// Where index rebuilds report their progress.
     pub(crate) progress: ProgressSink,
     /// Appends leave the search index behind ([`crate::SearchIndexing::OnSearch`]).
@@ -427,13 +432,15 @@ impl Session {
     }
 
     /// Opens a Session's files with this log configuration (the segment size is a Root option).
-    /// `base` is the source prefix of a layered fork (from its Root log record).
+    /// `base` is the source prefix of a layered fork (from its Root log record); `diags` the
+    /// Session's diagnostics log.
     pub(crate) fn open_with(
         id: &str,
         dir: &Path,
         config: LogConfig,
         base: Option<Base>,
         progress: ProgressSink,
+        diags: Arc<DiagLog>,
     ) -> Result<Session, EngineError> {
         let segment_bytes = config.segment_bytes_max;
         let seq_path = dir.join("seq.idx");
@@ -486,6 +493,7 @@ impl Session {
             cache: Mutex::new(EventCache::default()),
             search: SearchIndex::new(dir),
             fork_ops: Mutex::new(HashSet::new()),
+            diags,
             progress,
             search_on_search: AtomicBool::new(false),
         };
@@ -837,10 +845,48 @@ impl Session {
         Ok(None)
     }
 
-    /// The stored receipt of `operation` in this Session, if any.
+    /// The stored receipt of `operation` in this Session, if any; Conflict when the operation
+    /// recorded a diagnostic instead.
     pub(crate) fn receipt(&self, operation: &str) -> Result<Option<Receipt>, EngineError> {
         let mut map = self.writer();
-        self.find_receipt(&mut map, operation)
+        let receipt = self.find_receipt(&mut map, operation)?;
+        if receipt.is_none() {
+            self.refuse_diagnostic_op(operation)?;
+        }
+        Ok(receipt)
+    }
+
+    /// The Session's diagnostics log.
+    pub(crate) fn diags(&self) -> &Arc<DiagLog> {
+        &self.diags
+    }
+
+    /// Fails with Conflict when `operation` recorded a diagnostic in this Session (its receipt
+    /// is in the diagnostics log, not in this log). Called under the writer lock, so that no
+    /// `recordDiagnostic` can store that receipt until the caller's mutation is committed, and
+    /// never under `inner`: the diagnostics lock comes after both.
+    fn refuse_diagnostic_op(&self, operation: &str) -> Result<(), EngineError> {
+        match self.diags.recorded(operation)? {
+            None => Ok(()),
+            Some(id) => Err(EngineError::conflict(format!(
+                "operation {operation:?} already recorded diagnostic {id} in Session {}; \
+                 use a new operation for a new request",
+                self.id
+            ))),
+        }
+    }
+
+    /// Runs `f` under the writer lock (no mutation of this Session runs meanwhile) with whether
+    /// `operation` already has a receipt in this log or made a fork of this Session. For
+    /// `recordDiagnostic`, which stores its receipt in the diagnostics log before `f` returns.
+    pub(crate) fn with_operation<R>(
+        &self,
+        operation: &str,
+        f: impl FnOnce(bool) -> Result<R, EngineError>,
+    ) -> Result<R, EngineError> {
+        let mut map = self.writer();
+        let used = self.find_receipt(&mut map, operation)?.is_some() || self.is_fork_op(operation);
+        f(used)
     }
 
     /// True when `operation` made a layered fork of this Session (its receipt is the fork's
@@ -861,7 +907,8 @@ impl Session {
     }
 
     /// Runs `f` under the writer lock (no mutation of this Session runs meanwhile) with the
-    /// state and the stored receipt of `operation`, if any.
+    /// state and the stored receipt of `operation`, if any. Conflict, without running `f`,
+    /// when the operation recorded a diagnostic instead.
     pub(crate) fn with_writer<R>(
         &self,
         operation: &str,
@@ -869,6 +916,9 @@ impl Session {
     ) -> Result<R, EngineError> {
         let mut map = self.writer();
         let receipt = self.find_receipt(&mut map, operation)?;
+        if receipt.is_none() {
+            self.refuse_diagnostic_op(operation)?;
+        }
         let inner = self.read();
         f(&inner.state, receipt)
     }
@@ -904,6 +954,7 @@ impl Session {
                 m.operation, self.id
             )));
         }
+        self.refuse_diagnostic_op(m.operation)?;
         let first = self.read().state.revision + 1;
         let (mut events, outcome) = {
             let inner = self.read();

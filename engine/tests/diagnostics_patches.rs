@@ -383,3 +383,168 @@ fn patches_store_once_read_in_chunks_and_survive_restart() {
 }
 
 const READ_PATCH_LIMIT_TOO_BIG: u64 = (1 << 20) + 1;
+
+/// Every other mutation of `sid` under `op` (which recorded a diagnostic there) fails with
+/// Conflict naming the operation and the Session, and changes nothing. Called first thing
+/// after a reopen too: the mutations themselves must read the diagnostics log.
+fn assert_diagnostic_op_refused(root: &Root, sid: &str, op: &str, inv: &str) {
+    let rev = root.revision(sid).expect("rev");
+    let refused = |what: &str, r: Result<(), EngineError>| {
+        let e = r.expect_err(what);
+        assert_eq!(e.kind(), ErrorKind::Conflict, "{what}: {e}");
+        let text = e.to_string();
+        assert!(
+            text.contains(&format!("{op:?}")) && text.contains(sid),
+            "{what}: {text}"
+        );
+    };
+    refused(
+        "append",
+        append(
+            root,
+            sid,
+            op,
+            &format!(r#"[{{"kind":"stopRequested","invocation":"{inv}"}}]"#),
+        )
+        .map(drop),
+    );
+    refused(
+        "send",
+        root.send(SendParams {
+            session_id: sid.into(),
+            operation: op.into(),
+            text: "q".into(),
+            attachments: vec![],
+        })
+        .map(drop),
+    );
+    refused(
+        "stop",
+        root.stop(StopParams {
+            session_id: sid.into(),
+            operation: op.into(),
+            invocation: inv.into(),
+        })
+        .map(drop),
+    );
+    refused("patchReceipt", root.patch_receipt(sid, op).map(drop));
+    refused(
+        "snapshotPatch",
+        root.store_patch(sid, op, b"diff --git a/x b/x\n".to_vec())
+            .map(drop),
+    );
+    refused(
+        "fork",
+        root.fork(ForkParams {
+            session_id: sid.into(),
+            operation: op.into(),
+            from: ForkFrom::All,
+            revision: rev,
+        })
+        .map(drop),
+    );
+    assert_eq!(root.revision(sid).expect("rev"), rev, "nothing applied");
+    assert_eq!(
+        root.fork_receipt(ForkReceiptParams {
+            session_id: sid.into(),
+            operation: op.into(),
+        })
+        .expect("fork receipt"),
+        None
+    );
+}
+
+#[test]
+fn an_operation_that_recorded_a_diagnostic_conflicts_with_other_mutations() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("r");
+    let inv;
+    {
+        let root = root_at(&dir);
+        let sid = create(&root, "s");
+        inv = send(&root, &sid, "send-1").invocation;
+        // Settled, so a fork under the operation would otherwise succeed.
+        append(
+            &root,
+            &sid,
+            "settle",
+            &format!(r#"[{{"kind":"turnSettled","invocation":"{inv}","outcome":"failed"}}]"#),
+        )
+        .expect("settle");
+        let first = record(&root, &sid, "x", &inv, "code.x").expect("record");
+        assert_diagnostic_op_refused(&root, &sid, "x", &inv);
+        // The diagnostic's own repeat still returns its receipt; nothing else was recorded.
+        assert_eq!(
+            record(&root, &sid, "x", &inv, "code.x").expect("repeat"),
+            first
+        );
+        assert_eq!(root.diagnostics_revision(&sid).expect("diag rev"), 1);
+    }
+    // After a restart, before anything else reads the diagnostics.
+    let root = root_at(&dir);
+    assert_diagnostic_op_refused(&root, "s", "x", &inv);
+    assert_eq!(root.diagnostics_revision("s").expect("diag rev"), 1);
+    // Operations are scoped to their Session: "x" is free in another one, for every mutation.
+    let other = create(&root, "t");
+    let rev = root.revision(&other).expect("rev");
+    let t = send(&root, &other, "x");
+    assert_eq!(t.sequence, rev + 1);
+    assert_eq!(send(&root, &other, "x"), t, "a repeat returns the receipt");
+    let e = record(&root, &other, "x", &t.invocation, "code.x").expect_err("used by send");
+    assert_eq!(e.kind(), ErrorKind::Conflict);
+    let t2 = send(&root, &other, "send-2");
+    record(&root, &other, "y", &t2.invocation, "code.y").expect("record in t");
+    let e = append(
+        &root,
+        &other,
+        "y",
+        &format!(
+            r#"[{{"kind":"stopRequested","invocation":"{}"}}]"#,
+            t2.invocation
+        ),
+    )
+    .expect_err("y recorded a diagnostic in t");
+    assert_eq!(e.kind(), ErrorKind::Conflict);
+    root.store_patch("s", "y", b"diff --git a/x b/x\n".to_vec())
+        .expect("y is free in s");
+}
+
+#[test]
+fn record_diagnostic_and_send_racing_on_one_operation_exactly_one_wins() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let root = root_at(&tmp.path().join("r"));
+    let sid = create(&root, "s");
+    let inv = send(&root, &sid, "send-0").invocation;
+    let (mut diagnostics, mut sends) = (0u64, 0u64);
+    for i in 0..40 {
+        let op = format!("race-{i}");
+        let (d, s) = std::thread::scope(|sc| {
+            let d = sc.spawn(|| record(&root, &sid, &op, &inv, "code.race"));
+            let s = sc.spawn(|| {
+                root.send(SendParams {
+                    session_id: sid.clone(),
+                    operation: op.clone(),
+                    text: "q".into(),
+                    attachments: vec![],
+                })
+            });
+            (d.join().expect("join"), s.join().expect("join"))
+        });
+        match (d, s) {
+            (Ok(_), Err(e)) => {
+                assert_eq!(e.kind(), ErrorKind::Conflict, "{e}");
+                diagnostics += 1;
+            }
+            (Err(e), Ok(_)) => {
+                assert_eq!(e.kind(), ErrorKind::Conflict, "{e}");
+                sends += 1;
+            }
+            (d, s) => panic!("{op}: exactly one must win, got {d:?} and {s:?}"),
+        }
+    }
+    assert_eq!(
+        root.diagnostics_revision(&sid).expect("diag rev"),
+        diagnostics
+    );
+    assert_eq!(root.revision(&sid).expect("rev"), 2 + sends);
+}
