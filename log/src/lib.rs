@@ -61,9 +61,9 @@ pub use crate::format::{
     BATCH_BYTES_MAX, BLOCK_BYTES, LOG_FORMAT_VERSION, RECORD_PAYLOAD_BYTES_MAX, ZSTD_LEVEL,
 };
 pub use crate::log::{
-    Durability, Location, Log, LogConfig, OwnedRecord, Reader, Record, RecordRef, Recovery, Scan,
-    VerifyReport, GROUP_COMMIT_GATHER_MAX, PREALLOCATE_BYTES, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN,
-    WRITE_BUFFER_BYTES,
+    background_thread, Durability, Location, Log, LogConfig, OwnedRecord, Reader, Record,
+    RecordRef, Recovery, Scan, VerifyReport, BACKGROUND_NICENESS, GROUP_COMMIT_GATHER_MAX,
+    PREALLOCATE_BYTES, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, WRITE_BUFFER_BYTES,
 };
 
 /// Internal layouts, exposed for the fuzz targets and format tests only.

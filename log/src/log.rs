@@ -1097,7 +1097,23 @@ fn cut_tail(
     Ok(())
 }
 
+/// Niceness a background thread adds to its own (see [`background_thread`]).
+pub const BACKGROUND_NICENESS: i32 = 10;
+
+/// Lowers the calling thread's scheduling priority by [`BACKGROUND_NICENESS`], for work that
+/// nobody waits for as it runs (sealing segments, writing derived files): on a busy machine
+/// the threads that appends and reads wait for get the cores first, and this work takes
+/// the time they leave. It still gets its share (the scheduler weighs niceness, it does not
+/// starve). Best effort: where the priority cannot be changed, the thread runs as it is.
+pub fn background_thread() {
+    // `PRIO_PROCESS` with no pid is the calling thread on Linux.
+    if let Ok(now) = rustix::process::getpriority_process(None) {
+        let _ = rustix::process::setpriority_process(None, now + BACKGROUND_NICENESS);
+    }
+}
+
 fn sealer_loop(shared: &Shared, rx: Receiver<u64>) {
+    background_thread();
     for n in rx {
         let r = shared.seal_segment(n);
         let mut s = lock(&shared.seal);

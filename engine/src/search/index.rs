@@ -797,7 +797,10 @@ impl Shared {
         let fallback = job.clone();
         let spawned = std::thread::Builder::new()
             .name("logbook-search-write".into())
-            .spawn(move || job.run());
+            .spawn(move || {
+                logbook_log::background_thread();
+                job.run()
+            });
         match spawned {
             Ok(h) => writers.push_back(h),
             Err(_) => {
