@@ -549,3 +549,26 @@ fn a_damaged_sealed_file_beside_its_active_copy_is_refused_and_the_copy_kept() {
     assert!(e.to_string().contains(&sealed.display().to_string()), "{e}");
     assert_eq!(std::fs::read(&active).unwrap(), b"the unsealed copy");
 }
+
+#[test]
+fn background_threads_run_at_lower_priority_and_only_they_do() {
+    let nice = || rustix::process::getpriority_process(None).expect("getpriority");
+    let before = nice();
+    let inside = std::thread::spawn(move || {
+        logbook_log::background_thread();
+        nice()
+    })
+    .join()
+    .unwrap();
+    // Niceness is capped at 19.
+    assert_eq!(
+        inside,
+        (before + logbook_log::BACKGROUND_NICENESS).min(19),
+        "the background thread's niceness"
+    );
+    assert_eq!(
+        nice(),
+        before,
+        "the calling thread's niceness must not change"
+    );
+}
