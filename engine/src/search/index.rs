@@ -953,9 +953,11 @@ impl Drop for SearchIndex {
             .unwrap_or_else(|p| p.into_inner())
             .take();
         if let Some(h) = worker {
-            // The worker finishes the queued jobs (writing finished segments' postings).
+            // The worker finishes the queued jobs.
             let _ = h.join();
         }
+        // Then every finished segment's postings file is written (the worker's rolls may
+        // have started writers until it stopped).
         self.join_writers();
     }
 }
