@@ -172,6 +172,8 @@ pub fn call(
     match method {
         "createSession" => out(root.create_session(parse(params)?)?),
         "sessions" => out(root.sessions()?),
+        "verify" => out(root.verify()?),
+        "recoveries" => out(root.recoveries()),
         "append" => out(root.append(parse(params)?)?),
         "send" => out(root.send(parse(params)?)?),
         "stop" => out(root.stop(parse(params)?)?),

@@ -28,6 +28,23 @@ pub enum ErrorKind {
     Io,
 }
 
+impl ErrorKind {
+    /// The kind's name as the wire spells error codes (`invalid_argument`, `corrupt`, ...).
+    pub fn code(self) -> &'static str {
+        match self {
+            ErrorKind::InvalidArgument => "invalid_argument",
+            ErrorKind::NotFound => "not_found",
+            ErrorKind::Conflict => "conflict",
+            ErrorKind::Busy => "busy",
+            ErrorKind::Unsupported => "unsupported",
+            ErrorKind::UnsupportedFormat => "unsupported_format",
+            ErrorKind::PermissionDenied => "permission_denied",
+            ErrorKind::Corrupt => "corrupt",
+            ErrorKind::Io => "io",
+        }
+    }
+}
+
 /// Every failure of `logbook-engine`.
 #[non_exhaustive]
 #[derive(Debug)]

@@ -451,7 +451,7 @@ impl Root {
                     let (through, turn) = check_fence(&p, state)?;
                     let id = loop {
                         let id = sh.ids.next("s-");
-                        if !lock(&sh.registry).sessions.contains_key(&id) {
+                        if !lock(&sh.registry).taken(&id) {
                             break id;
                         }
                     };
@@ -476,18 +476,27 @@ impl Root {
                 operation: p.operation.clone(),
                 params,
             };
-            let mut reg = lock(&sh.registry);
-            if reg.sessions.contains_key(&new_id) {
-                return Err(EngineError::conflict(format!(
-                    "Session id {new_id} reserved by operation {:?} was taken by createSession meanwhile",
-                    p.operation
-                )));
+            {
+                let mut reg = lock(&sh.registry);
+                if reg.taken(&new_id) {
+                    return Err(EngineError::conflict(format!(
+                        "Session id {new_id} reserved by operation {:?} was taken by createSession meanwhile",
+                        p.operation
+                    )));
+                }
+                // Reserved: the record is written outside the registry lock, so requests on
+                // other Sessions do not wait for its sync.
+                reg.reserved.insert(new_id.clone());
             }
             let payload = records::encode(&record);
-            sh.root_log.append(&[logbook_log::Record {
+            let appended = sh.root_log.append(&[logbook_log::Record {
                 kind: records::KIND_LAYERED_FORK,
                 payload: &payload,
-            }])?;
+            }]);
+            let mut reg = lock(&sh.registry);
+            reg.reserved.remove(&new_id);
+            sh.reservation_ended.notify_all();
+            appended?;
             // Committed: the record is the fork, its receipt and its base.
             failpoint("committed");
             reg.sessions.insert(

@@ -39,6 +39,10 @@ pub struct SessionInfo {
     pub workspace: Option<String>,
     pub revision: u64,
     pub branch: Option<Branch>,
+    /// Set when the Session cannot be opened (its `revision` is then 0): the error it
+    /// answers, so a listing shows it instead of failing for every Session.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub damage: Option<DamageNote>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -286,14 +290,85 @@ pub struct AttachmentData {
     pub data_base64: String,
 }
 
-/// What `verify` walked.
+/// What `verify` walked, and everything it found wrong.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct VerifyReport {
+    /// Sessions walked whole (damaged ones are in `damage` instead).
     pub sessions: u64,
     pub records: u64,
     pub bytes: u64,
     pub blobs: u64,
+    /// Every damage found, one entry per Session (or per Root-wide file); empty when the
+    /// Root is sound.
+    #[serde(default)]
+    pub damage: Vec<DamageNote>,
+    /// Torn tails that recoveries cut (their copies are still on disk): never acknowledged
+    /// bytes, but shown so that no cut goes unnoticed.
+    #[serde(default)]
+    pub cuts: Vec<CutNote>,
+}
+
+/// Damage found in one Session (or, with no `sessionId`, in a file of the Root itself).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DamageNote {
+    pub session_id: Option<String>,
+    /// The error code (`corrupt`, `io`, ...).
+    pub code: String,
+    pub message: String,
+}
+
+impl DamageNote {
+    pub(crate) fn of(session_id: Option<&str>, e: &crate::EngineError) -> DamageNote {
+        DamageNote {
+            session_id: session_id.map(str::to_owned),
+            code: e.kind().code().to_owned(),
+            message: e.to_string(),
+        }
+    }
+}
+
+/// Bytes a recovery cut from the end of a log as a torn write: bytes that no acknowledged
+/// mutation and no durable index refer to. The cut bytes are kept in the file at `path`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CutNote {
+    /// The Session whose log was cut (none for the Root log).
+    pub session_id: Option<String>,
+    /// The copy of the cut bytes, beside the segment they came from.
+    pub path: String,
+    /// How many bytes were cut.
+    pub bytes: u64,
+}
+
+impl CutNote {
+    /// The note of what an open of a log cut, if it cut anything.
+    pub(crate) fn of(session_id: Option<&str>, r: &logbook_log::Recovery) -> Option<CutNote> {
+        (r.cut_bytes > 0).then(|| CutNote {
+            session_id: session_id.map(str::to_owned),
+            path: r
+                .cut_copy
+                .as_ref()
+                .map_or_else(String::new, |p| p.display().to_string()),
+            bytes: r.cut_bytes,
+        })
+    }
+}
+
+impl std::fmt::Display for CutNote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let whose = match &self.session_id {
+            Some(id) => format!("Session {id}"),
+            None => "the Root log".to_owned(),
+        };
+        write!(
+            f,
+            "recovery cut a torn tail of {} bytes from {whose} (never acknowledged); \
+             the bytes are kept in {}",
+            self.bytes, self.path
+        )
+    }
 }
 
 /// Attachment metadata list, as `attachments` returns it.

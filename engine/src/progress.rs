@@ -28,6 +28,9 @@ pub trait Progress: Send + Sync {
     fn advance(&self, done: u64);
     /// The task ended, whether it succeeded or not.
     fn finish(&self);
+    /// Something a person should know that is not an error: a recovery cut a torn tail, say.
+    /// Ignored unless implemented.
+    fn notice(&self, _text: &str) {}
 }
 
 /// Where a Root sends its progress reports: nowhere by default.
@@ -38,6 +41,13 @@ impl ProgressSink {
     /// Sends reports to `p`.
     pub fn new(p: Arc<dyn Progress>) -> Self {
         ProgressSink(Some(p))
+    }
+
+    /// Passes a notice on (see [`Progress::notice`]).
+    pub(crate) fn notice(&self, text: &str) {
+        if let Some(p) = &self.0 {
+            p.notice(text);
+        }
     }
 
     /// Starts a task; it finishes when the returned guard is dropped.

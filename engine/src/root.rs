@@ -117,6 +117,17 @@ pub(crate) struct Registry {
     pub(crate) sessions: BTreeMap<String, Entry>,
     /// createSession receipts: operation -> (params digest, sessionId).
     receipts: HashMap<String, ([u8; 32], String)>,
+    /// Session ids reserved by a createSession or fork whose I/O runs outside this lock.
+    pub(crate) reserved: HashSet<String>,
+    /// createSession operations in flight (a repeat waits for the first to finish).
+    creating: HashSet<String>,
+}
+
+impl Registry {
+    /// True when `id` names a Session or one being made.
+    pub(crate) fn taken(&self, id: &str) -> bool {
+        self.sessions.contains_key(id) || self.reserved.contains(id)
+    }
 }
 
 pub(crate) struct Shared {
@@ -134,6 +145,10 @@ pub(crate) struct Shared {
     pub(crate) extras: crate::fork::Extras,
     stop: Mutex<bool>,
     stop_signal: Condvar,
+    /// Signalled when a reservation in the registry ends (see [`Registry::reserved`]).
+    pub(crate) reservation_ended: Condvar,
+    /// Torn tails cut by the opens of this process (see [`Root::recoveries`]).
+    cuts: Mutex<Vec<CutNote>>,
 }
 
 /// An open Root. `Send + Sync`; every method takes `&self`. One writer process per Root.
@@ -386,8 +401,12 @@ impl Root {
     pub fn open_with(dir: &Path, options: RootOptions) -> Result<Root, EngineError> {
         check_header(dir)?;
         let lock_file = take_lock(dir)?;
-        let (root_log, _recovery) =
+        let (root_log, recovery) =
             Log::open(&dir.join(ROOT_LOG_DIR), log_config(options.durability))?;
+        let cuts: Vec<CutNote> = CutNote::of(None, &recovery).into_iter().collect();
+        for c in &cuts {
+            options.progress.notice(&c.to_string());
+        }
         let mut registry = Registry::default();
         let extras = crate::fork::Extras::default();
         let mut last: Option<SessionRecord> = None;
@@ -442,11 +461,13 @@ impl Root {
             opened: Mutex::new(Vec::new()),
             stop: Mutex::new(false),
             stop_signal: Condvar::new(),
+            reservation_ended: Condvar::new(),
+            cuts: Mutex::new(cuts),
         });
         // Creations are serialised and finished before the next starts, so only the last
         // registered Session can lack its directory.
         if let Some(r) = last {
-            shared.materialize(&r)?;
+            shared.materialize(&r.session_id, r.workspace, r.branch)?;
         }
         crate::fork::finish_on_open(&shared, last_fork.as_ref())?;
         let worker = Arc::clone(&shared);
@@ -487,34 +508,49 @@ impl Root {
         }
         let params = records::params_digest("createSession", &(&p.session_id, &p.workspace));
         let sh = &self.shared;
-        let mut reg = lock(&sh.registry);
-        if let Some((digest, id)) = reg.receipts.get(&p.operation) {
-            if *digest == params {
-                return Ok(CreateSessionResult {
-                    session_id: id.clone(),
-                });
+        let id = {
+            let mut reg = lock(&sh.registry);
+            loop {
+                if let Some((digest, id)) = reg.receipts.get(&p.operation) {
+                    if *digest == params {
+                        return Ok(CreateSessionResult {
+                            session_id: id.clone(),
+                        });
+                    }
+                    return Err(EngineError::conflict(format!(
+                        "operation {:?} already created Session {id} with other parameters; use a new operation",
+                        p.operation
+                    )));
+                }
+                if !reg.creating.contains(&p.operation) {
+                    break;
+                }
+                // The same operation is being applied by another caller: its outcome decides.
+                reg = sh
+                    .reservation_ended
+                    .wait(reg)
+                    .unwrap_or_else(|p| p.into_inner());
             }
-            return Err(EngineError::conflict(format!(
-                "operation {:?} already created Session {id} with other parameters; use a new operation",
-                p.operation
-            )));
-        }
-        let id = match &p.session_id {
-            Some(id) => {
-                if reg.sessions.contains_key(id) {
+            let id = match &p.session_id {
+                Some(id) if reg.taken(id) => {
                     return Err(EngineError::conflict(format!(
                         "Session {id} already exists; pick another sessionId"
                     )));
                 }
-                id.clone()
-            }
-            None => loop {
-                let id = sh.ids.next("s-");
-                if !reg.sessions.contains_key(&id) {
-                    break id;
-                }
-            },
+                Some(id) => id.clone(),
+                None => loop {
+                    let id = sh.ids.next("s-");
+                    if !reg.taken(&id) {
+                        break id;
+                    }
+                },
+            };
+            reg.reserved.insert(id.clone());
+            reg.creating.insert(p.operation.clone());
+            id
         };
+        // The files and the Root-log record are written outside the registry lock, so that
+        // requests on other Sessions never wait for this creation's syncs.
         let record = SessionRecord {
             session_id: id.clone(),
             workspace: p.workspace.clone(),
@@ -522,37 +558,50 @@ impl Root {
             operation: p.operation.clone(),
             params,
         };
-        let payload = records::encode(&record);
-        sh.root_log.append(&[Record {
-            kind: records::KIND_SESSION,
-            payload: &payload,
-        }])?;
-        reg.receipts
-            .insert(p.operation.clone(), (params, id.clone()));
-        reg.sessions.insert(
-            id.clone(),
-            Entry {
-                workspace: p.workspace,
-                branch: None,
-                layered: false,
-                slot: Arc::default(),
-            },
-        );
-        // The Root log now says the Session exists; a crash from here on is finished by open.
-        sh.materialize(&record)?;
+        let registered = sh
+            .build_staging(&id, p.workspace.clone(), None)
+            .and_then(|staging| {
+                sh.append_session_record(&record)?;
+                crate::fsutil::pause_point(&sh.dir, "create-committed");
+                Ok(sh.place(&staging, &id))
+            });
+        let mut reg = lock(&sh.registry);
+        reg.reserved.remove(&id);
+        reg.creating.remove(&p.operation);
+        if registered.is_ok() {
+            reg.receipts
+                .insert(p.operation.clone(), (params, id.clone()));
+            reg.sessions.insert(
+                id.clone(),
+                Entry {
+                    workspace: p.workspace,
+                    branch: None,
+                    layered: false,
+                    slot: Arc::default(),
+                },
+            );
+        }
+        drop(reg);
+        sh.reservation_ended.notify_all();
+        registered??;
         Ok(CreateSessionResult { session_id: id })
     }
 
-    /// Every Session, in id order.
+    /// Every Session, in id order. A Session that cannot be opened is listed with its
+    /// `damage` (and revision 0) instead of failing the listing.
     pub fn sessions(&self) -> Result<Vec<SessionInfo>, EngineError> {
         let ids: Vec<String> = lock(&self.shared.registry)
             .sessions
             .keys()
             .cloned()
             .collect();
-        ids.iter().map(|id| self.session_info(id)).collect()
+        Ok(ids
+            .iter()
+            .filter_map(|id| self.session_info(id).ok())
+            .collect())
     }
 
+    /// One Session's listing entry; `damage` set when it cannot be opened.
     pub fn session_info(&self, session_id: &str) -> Result<SessionInfo, EngineError> {
         let (workspace, branch) = {
             let reg = lock(&self.shared.registry);
@@ -562,14 +611,23 @@ impl Root {
                 .ok_or_else(|| EngineError::not_found(format!("Session {session_id}")))?;
             (e.workspace.clone(), e.branch.clone())
         };
-        let s = self.session(session_id)?;
-        let revision = s.read().state.revision;
+        let (revision, damage) = match self.session(session_id) {
+            Ok(s) => (s.read().state.revision, None),
+            Err(e) => (0, Some(DamageNote::of(Some(session_id), &e))),
+        };
         Ok(SessionInfo {
             session_id: session_id.to_owned(),
             workspace,
             revision,
             branch,
+            damage,
         })
+    }
+
+    /// The torn tails that opens in this process cut (also passed to
+    /// [`crate::Progress::notice`] as they happen; `verify` lists every cut copy on disk).
+    pub fn recoveries(&self) -> Vec<CutNote> {
+        lock(&self.shared.cuts).clone()
     }
 
     /// The Session's current revision (its last event sequence).
@@ -919,34 +977,70 @@ impl Root {
     }
 
     /// Walks every checksum of the Root (the Root log, every Session log, every blob) and checks
-    /// every derived index entry against its log.
+    /// every derived index entry against its log. Damage is collected, not returned: one
+    /// damaged Session does not stop the walk, and the report names every one (`Err` is left
+    /// for a Root that cannot be walked at all). Cut copies of torn tails are listed too.
     pub fn verify(&self) -> Result<VerifyReport, EngineError> {
         let mut report = VerifyReport::default();
-        let r = self.shared.root_log.verify()?;
-        report.records += r.records;
-        report.bytes += r.bytes;
-        let ids: Vec<String> = lock(&self.shared.registry)
-            .sessions
-            .keys()
-            .cloned()
-            .collect();
-        let mut task = self.shared.options.progress.task(
+        let sh = &self.shared;
+        match sh.root_log.verify() {
+            Ok(r) => {
+                report.records += r.records;
+                report.bytes += r.bytes;
+            }
+            Err(e) => report.damage.push(DamageNote::of(None, &e.into())),
+        }
+        report.cuts.extend(cut_copies(None, sh.root_log.dir()));
+        let ids: Vec<String> = lock(&sh.registry).sessions.keys().cloned().collect();
+        let mut task = sh.options.progress.task(
             || format!("verifying {} Sessions", ids.len()),
             ids.len() as u64,
             ProgressUnit::Sessions,
         );
         for (n, id) in ids.iter().enumerate() {
             task.advance(n as u64);
-            let s = self.session(id)?;
-            let v = s.log().verify()?;
-            s.verify_derived()?;
-            report.sessions += 1;
-            report.records += v.records;
-            report.bytes += v.bytes;
+            let walked = self.session(id).and_then(|s| {
+                let v = s.log().verify()?;
+                s.verify_derived()?;
+                Ok(v)
+            });
+            match walked {
+                Ok(v) => {
+                    report.sessions += 1;
+                    report.records += v.records;
+                    report.bytes += v.bytes;
+                }
+                Err(e) => report.damage.push(DamageNote::of(Some(id), &e)),
+            }
+            let log_dir = sh.dir.join(SESSIONS_DIR).join(id).join("log");
+            report.cuts.extend(cut_copies(Some(id), &log_dir));
         }
-        report.blobs = self.shared.blobs.verify()?;
+        match sh.blobs.verify() {
+            Ok(n) => report.blobs = n,
+            Err(e) => report.damage.push(DamageNote::of(None, &e)),
+        }
         Ok(report)
     }
+}
+
+/// The cut copies of torn tails kept in log directory `dir` (see `docs/format.md`).
+fn cut_copies(session_id: Option<&str>, dir: &Path) -> Vec<CutNote> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut cuts: Vec<CutNote> = entries
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains(".cut-"))
+        .map(|e| CutNote {
+            session_id: session_id.map(str::to_owned),
+            path: e.path().display().to_string(),
+            bytes: e
+                .metadata()
+                .map_or(0, |m| m.len().saturating_sub(logbook_log::CUT_HEADER_BYTES)),
+        })
+        .collect();
+    cuts.sort_by(|a, b| a.path.cmp(&b.path));
+    cuts
 }
 
 fn too_big() -> EngineError {
@@ -972,14 +1066,16 @@ impl Shared {
     }
 
     pub(crate) fn session(&self, id: &str) -> Result<Arc<Session>, EngineError> {
-        let (slot, layered) = {
+        let (slot, layered, plain) = {
             let reg = lock(&self.registry);
             let e = reg
                 .sessions
                 .get(id)
                 .ok_or_else(|| EngineError::not_found(format!("Session {id}")))?;
             let layered = if e.layered { e.branch.clone() } else { None };
-            (e.slot.clone(), layered)
+            // A Session made by createSession (not a fork): its workspace.
+            let plain = e.branch.is_none().then(|| e.workspace.clone());
+            (e.slot.clone(), layered, plain)
         };
         let mut slot = lock(&slot);
         if let Some(s) = slot.as_ref() {
@@ -997,6 +1093,11 @@ impl Shared {
             }
             None => None,
         };
+        if !dir.is_dir() && plain.is_some() && self.staging_of(id).is_dir() {
+            // Registered, but the rename into place failed or a crash came first.
+            let workspace = plain.expect("checked");
+            self.materialize(id, workspace, None)?;
+        }
         if !dir.is_dir() {
             return Err(EngineError::corrupt(
                 &dir,
@@ -1019,6 +1120,10 @@ impl Shared {
         }
         if self.options.search_indexing == SearchIndexing::OnSearch {
             s.index_search_on_search();
+        }
+        if let Some(c) = &s.cut {
+            self.options.progress.notice(&c.to_string());
+            lock(&self.cuts).push(c.clone());
         }
         *slot = Some(Arc::clone(&s));
         lock(&self.opened).push(Arc::clone(&s));
@@ -1073,35 +1178,73 @@ impl Shared {
         Ok(())
     }
 
-    fn materialize(&self, r: &SessionRecord) -> Result<(), EngineError> {
-        let sessions = self.dir.join(SESSIONS_DIR);
-        let dir = sessions.join(&r.session_id);
-        if dir.exists() {
-            return Ok(());
-        }
-        let staging = sessions.join(format!("{STAGING_PREFIX}{}", r.session_id));
-        if staging.exists() {
-            // An earlier attempt died half way; it was never visible.
-            std::fs::remove_dir_all(&staging)
-                .map_err(|e| EngineError::io(&staging, "remove a half-made Session", e))?;
-        }
-        Session::create_files_with(
-            &staging,
-            r.workspace.clone(),
-            r.branch.clone(),
-            self.log_config(),
-        )?;
+    /// Writes the Root-log record that registers a new Session: the creation's commit point.
+    /// The Session's directory is built (under its staging name) before, and put in place
+    /// after; a crash or a failed rename in between is finished on the Session's next use.
+    fn append_session_record(&self, r: &SessionRecord) -> Result<(), EngineError> {
+        let payload = records::encode(r);
+        self.root_log.append(&[Record {
+            kind: records::KIND_SESSION,
+            payload: &payload,
+        }])?;
+        Ok(())
+    }
+
+    /// Builds Session `id`'s directory under its staging name (ids never start with '.'),
+    /// removing whatever an earlier attempt left there, and syncs it.
+    fn build_staging(
+        &self,
+        id: &str,
+        workspace: Option<String>,
+        branch: Option<Branch>,
+    ) -> Result<PathBuf, EngineError> {
+        let staging = self.staging_of(id);
+        crate::fsutil::remove_any(&staging)?;
+        Session::create_files_with(&staging, workspace, branch, self.log_config())?;
         // Directory syncs are what makes the creation durable; bulk import skips them too.
-        let durable = self.options.durability == Durability::Sync;
-        if durable {
+        if self.options.durability == Durability::Sync {
             crate::fsutil::sync_dir(&staging)?;
         }
-        std::fs::rename(&staging, &dir)
-            .map_err(|e| EngineError::io(&dir, "rename into place", e))?;
-        if durable {
+        Ok(staging)
+    }
+
+    /// Renames a built staging directory into place as Session `id`'s, and syncs `sessions/`.
+    fn place(&self, staging: &Path, id: &str) -> Result<(), EngineError> {
+        let sessions = self.dir.join(SESSIONS_DIR);
+        let dir = sessions.join(id);
+        std::fs::rename(staging, &dir).map_err(|e| {
+            EngineError::io(
+                &dir,
+                "rename into place (the Session is registered; its next use finishes this)",
+                e,
+            )
+        })?;
+        if self.options.durability == Durability::Sync {
             crate::fsutil::sync_dir(&sessions)?;
         }
         Ok(())
+    }
+
+    fn staging_of(&self, id: &str) -> PathBuf {
+        self.dir
+            .join(SESSIONS_DIR)
+            .join(format!("{STAGING_PREFIX}{id}"))
+    }
+
+    /// Finishes registered Session `id` whose directory is missing: a creation that a crash
+    /// or a failed rename interrupted after its Root-log record (the record is the commit;
+    /// the directory's content, one `sessionCreated` event, follows from it).
+    fn materialize(
+        &self,
+        id: &str,
+        workspace: Option<String>,
+        branch: Option<Branch>,
+    ) -> Result<(), EngineError> {
+        if self.dir.join(SESSIONS_DIR).join(id).exists() {
+            return Ok(());
+        }
+        let staging = self.build_staging(id, workspace, branch)?;
+        self.place(&staging, id)
     }
 
     fn sync_all(&self) -> Result<(), EngineError> {

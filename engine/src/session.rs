@@ -387,6 +387,8 @@ pub(crate) struct Session {
     pub(crate) progress: ProgressSink,
     /// Appends leave the search index behind ([`crate::SearchIndexing::OnSearch`]).
     search_on_search: AtomicBool,
+    /// The torn tail this open cut from the log, if any (reported by the Root, never silent).
+    pub(crate) cut: Option<crate::params::CutNote>,
 }
 
 fn lock_cache(m: &Mutex<EventCache>) -> MutexGuard<'_, EventCache> {
@@ -444,9 +446,15 @@ impl Session {
     ) -> Result<Session, EngineError> {
         let segment_bytes = config.segment_bytes_max;
         let seq_path = dir.join("seq.idx");
-        let seq_found = FixedIndex::open(&seq_path, SEQ_TAG, SEQ_ENTRY_BYTES)
-            .ok()
-            .filter(|ix| ix.cut_bytes() == 0);
+        let seq_opened = FixedIndex::open(&seq_path, SEQ_TAG, SEQ_ENTRY_BYTES).ok();
+        let receipt_path = dir.join("receipt.idx");
+        let receipts_found = FixedIndex::open(&receipt_path, RECEIPT_TAG, RECEIPT_ENTRY_BYTES).ok();
+        let referenced = if config.durability == Durability::Sync {
+            Self::referenced(seq_opened.as_ref(), receipts_found.as_ref())
+        } else {
+            None
+        };
+        let seq_found = seq_opened.filter(|ix| ix.cut_bytes() == 0);
         let (state, cover) = State::load_covering(&dir.join("state.ckpt")).unwrap_or_default();
         // The checkpoint's last event was durable in the log when the checkpoint was written
         // (`sync_indexes` syncs the log first), so the log need only check what follows it.
@@ -458,10 +466,8 @@ impl Session {
             Some(entry_loc(e, 0))
         });
         let log_dir = dir.join("log");
-        let (log, _recovery) = match mark {
-            Some(m) => Log::open_from(&log_dir, config, m)?,
-            None => Log::open(&log_dir, config)?,
-        };
+        let (log, recovery) = Log::open_referenced(&log_dir, config, mark, referenced)?;
+        let cut = crate::params::CutNote::of(Some(id), &recovery);
         let (seq, f1) = match seq_found {
             Some(ix) => (ix, false),
             None => (
@@ -470,8 +476,13 @@ impl Session {
             ),
         };
         let (rows, f2) = open_index(&dir.join("row.idx"), ROW_TAG, ROW_ENTRY_BYTES)?;
-        let (receipts, f3) =
-            open_index(&dir.join("receipt.idx"), RECEIPT_TAG, RECEIPT_ENTRY_BYTES)?;
+        let (receipts, f3) = match receipts_found.filter(|ix| ix.cut_bytes() == 0) {
+            Some(ix) => (ix, false),
+            None => (
+                FixedIndex::create(&receipt_path, RECEIPT_TAG, RECEIPT_ENTRY_BYTES)?,
+                true,
+            ),
+        };
         let mut inner = Inner {
             seq,
             rows,
@@ -496,6 +507,7 @@ impl Session {
             diags,
             progress,
             search_on_search: AtomicBool::new(false),
+            cut,
         };
         session.replay_tail(start, segment_bytes)?;
         let rev = session.read().state.revision;
@@ -507,6 +519,17 @@ impl Session {
         }
         *session.revision.lock().expect("revision lock") = rev;
         Ok(session)
+    }
+
+    /// The newest log Location that a durable index entry refers to: under
+    /// [`Durability::Sync`] an entry is written only after the record it names was synced, so
+    /// the log may never lose that record to a torn-tail cut.
+    fn referenced(seq: Option<&FixedIndex>, receipts: Option<&FixedIndex>) -> Option<Location> {
+        let last = |ix: Option<&FixedIndex>, at: usize| {
+            let ix = ix?;
+            Some(entry_loc(ix.get(ix.len().checked_sub(1)?)?, at))
+        };
+        last(seq, 0).max(last(receipts, 8))
     }
 
     /// Cuts the indexes back to what the checkpoint covers and returns where to scan from
@@ -730,7 +753,7 @@ impl Session {
         let record = reader
             .get_or_insert_with(|| self.log.reader())
             .read(loc)
-            .map_err(|e| self.damaged_index(sequence, loc, &e.to_string()))?;
+            .map_err(|e| self.read_failed(sequence, loc, e))?;
         self.check_event_kind(sequence, loc, record.kind)?;
         let (held, rows) = crate::event::event_record_rows(record.payload).map_err(|e| {
             EngineError::corrupt(
@@ -769,7 +792,7 @@ impl Session {
         let record = self
             .log
             .read(loc)
-            .map_err(|e| self.damaged_index(sequence, loc, &e.to_string()))?;
+            .map_err(|e| self.read_failed(sequence, loc, e))?;
         self.check_event_kind(sequence, loc, record.kind)?;
         Ok((loc, record.payload))
     }
@@ -791,6 +814,18 @@ impl Session {
     /// The sequence index named a location that does not hold the event: the index (derived)
     /// is damaged. Drops the checkpoint so the next open rebuilds every index from the log,
     /// and reports `corrupt` naming the index, so the client is not told its request was wrong.
+    /// A read of event `sequence` at `loc` (from `seq.idx`) failed. Index entries carry
+    /// checksums checked at open and name records that were durable when written, so a
+    /// failure inside the log is the log's damage: answered as such, and nothing derived is
+    /// deleted to make it go away (the indexes are the proof of what the log held). Only an
+    /// entry pointing past the log's end is the index's fault.
+    fn read_failed(&self, sequence: u64, loc: Location, e: logbook_log::LogError) -> EngineError {
+        if loc >= self.log.end() {
+            return self.damaged_index(sequence, loc, &e.to_string());
+        }
+        e.into()
+    }
+
     fn damaged_index(&self, sequence: u64, loc: Location, why: &str) -> EngineError {
         let index = self.dir.join("seq.idx");
         self.damaged.store(true, Ordering::Release);

@@ -528,7 +528,21 @@ impl Log {
         config: LogConfig,
         mark: Location,
     ) -> Result<(Log, Recovery), LogError> {
-        Log::open_inner(dir, config, Arc::new(RealFs), Some(mark))
+        Log::open_inner(dir, config, Arc::new(RealFs), Some(mark), None)
+    }
+
+    /// Like [`Log::open_from`] (with `mark` optional), where `referenced` is the newest record
+    /// Location that something durable outside the log refers to (an index entry, a
+    /// checkpoint, a receipt): the record there was synced before that reference was written.
+    /// Bytes before the end of that record are never cut as a torn tail: damage there is
+    /// [`LogError::Corrupt`], and so is a `referenced` beyond the segments found.
+    pub fn open_referenced(
+        dir: &Path,
+        config: LogConfig,
+        mark: Option<Location>,
+        referenced: Option<Location>,
+    ) -> Result<(Log, Recovery), LogError> {
+        Log::open_inner(dir, config, Arc::new(RealFs), mark, referenced)
     }
 
     /// [`Log::create`] over a chosen file system (fault injection in tests).
@@ -584,7 +598,7 @@ impl Log {
         config: LogConfig,
         fs: Arc<dyn FileSystem>,
     ) -> Result<(Log, Recovery), LogError> {
-        Log::open_inner(dir, config, fs, None)
+        Log::open_inner(dir, config, fs, None, None)
     }
 
     /// [`Log::open_from`] over a chosen file system (fault injection in tests).
@@ -595,7 +609,7 @@ impl Log {
         fs: Arc<dyn FileSystem>,
         mark: Location,
     ) -> Result<(Log, Recovery), LogError> {
-        Log::open_inner(dir, config, fs, Some(mark))
+        Log::open_inner(dir, config, fs, Some(mark), None)
     }
 
     fn open_inner(
@@ -603,6 +617,7 @@ impl Log {
         config: LogConfig,
         fs: Arc<dyn FileSystem>,
         mark: Option<Location>,
+        referenced: Option<Location>,
     ) -> Result<(Log, Recovery), LogError> {
         check_config(&config)?;
         let names = match fs.list_dir(dir) {
@@ -648,6 +663,17 @@ impl Log {
                 format!("segment {missing} is missing between {first} and {last}"),
             ));
         }
+        if let Some(r) = referenced.filter(|r| r.segment > last) {
+            return Err(LogError::corrupt(
+                dir.join(active_name(r.segment)),
+                r.offset,
+                format!(
+                    "segment {} holds a record that a durable index refers to, but the log ends \
+                     with segment {last}",
+                    r.segment
+                ),
+            ));
+        }
         let mut rec = Recovery::default();
         let mut segments = BTreeMap::new();
         let mut to_seal = Vec::new();
@@ -685,9 +711,17 @@ impl Log {
                 .open_rw(&active_path)
                 .map_err(|e| LogError::io(&active_path, "open", e))?;
             let len = if n == last {
-                let mark = mark.filter(|m| m.segment == n).map(|m| m.offset);
-                let (len, file_end, version) =
-                    recover_newest(&*fs, dir, n, &*f, &active_path, &mut rec, mark)?;
+                let here = |l: Option<Location>| l.filter(|l| l.segment == n).map(|l| l.offset);
+                let (len, file_end, version) = recover_newest(
+                    &*fs,
+                    dir,
+                    n,
+                    &*f,
+                    &active_path,
+                    &mut rec,
+                    here(mark),
+                    here(referenced),
+                )?;
                 newest_tail = (file_end, version >= ACTIVE_VERSION_PREALLOCATED);
                 len
             } else {
@@ -990,7 +1024,9 @@ fn write_lock<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
 
 /// Recovers the newest segment: checks it (from `mark` on when that is proven to be a record
 /// followed by a complete batch), cuts a torn tail (copy first). Returns the logical length,
-/// the file length (greater when a zero region follows) and the segment's version.
+/// the file length (greater when a zero region follows) and the segment's version. A tail
+/// that would cut the record at `referenced` (which something durable refers to) is damage.
+#[allow(clippy::too_many_arguments)]
 fn recover_newest(
     fs: &dyn FileSystem,
     dir: &Path,
@@ -999,8 +1035,19 @@ fn recover_newest(
     path: &Path,
     rec: &mut Recovery,
     mark: Option<u64>,
+    referenced: Option<u64>,
 ) -> Result<(u64, u64, u32), LogError> {
     let len = f.len().map_err(|e| LogError::io(path, "stat", e))?;
+    if let Some(r) = referenced.filter(|r| *r >= len) {
+        return Err(LogError::corrupt(
+            path,
+            len,
+            format!(
+                "the segment ends at offset {len}, but a durable index refers to a record at \
+                 offset {r}: acknowledged bytes are missing"
+            ),
+        ));
+    }
     if len < HEADER_BYTES {
         let data = read_all(f, path, len)?;
         // A crash while the segment was being created: its header never became durable.
@@ -1046,6 +1093,19 @@ fn recover_newest(
     rec.tail_records += w.records;
     match judge_tail_at(n, &data, base, &w, zeros) {
         Tail::Clean => Ok((w.good_end, len, version)),
+        Tail::Torn { cut, .. } if referenced.is_some_and(|r| r >= cut) => {
+            let (bad, reason) = w.damage.unwrap_or((cut, "the segment ends early"));
+            Err(LogError::corrupt(
+                path,
+                bad,
+                format!(
+                    "{reason}; a durable index refers to a record at offset {}, after this \
+                     point, so these bytes had been acknowledged: this is damage, not a torn \
+                     write",
+                    referenced.unwrap_or(cut)
+                ),
+            ))
+        }
         Tail::Torn { cut, copy_end } => {
             let tail = &data[(cut - base) as usize..(copy_end - base) as usize];
             cut_tail(fs, dir, n, f, path, tail, cut, rec)?;

@@ -185,7 +185,14 @@ pub fn run(args: Args) -> Result<(), ApiError> {
             Ok(())
         }
         Command::Serve => {
-            let host = Arc::new(Host::open_or_init(&root)?);
+            // Notices (a torn tail cut on open) go to standard error; the wire stays clean.
+            let options = logbook_engine::RootOptions {
+                progress: logbook_engine::ProgressSink::new(Arc::new(progress::Notices)),
+                ..logbook_engine::RootOptions::default()
+            };
+            let host = Arc::new(Host::with_root(logbook_engine::Root::open_or_init_with(
+                &root, options,
+            )?));
             let stdin = io::stdin().lock();
             logbook_api::serve::serve(host, stdin, Box::new(io::stdout()))
                 .map_err(|err| ApiError::new(ErrorCode::Io, format!("serve: {err}")))
@@ -501,8 +508,14 @@ fn run_command(ctx: &Ctx, command: Command) -> Result<(), ApiError> {
         }
         Command::Verify => {
             // The Root reports its progress to the bars set up in `run`.
-            let report = ctx.host.root().verify()?;
-            println!("{report:?}");
+            let v = ctx.call("verify", json!({}))?;
+            ctx.print(&v, show::verify);
+            if v["damage"].as_array().is_some_and(|d| !d.is_empty()) {
+                return Err(ApiError::new(
+                    logbook_api::ErrorCode::Corrupt,
+                    "verify found damage (listed above)",
+                ));
+            }
         }
         Command::Import { files, workspace } => {
             logbook_api::import::run(&ctx.host, &files, workspace.as_deref(), ctx.json)?;

@@ -58,4 +58,23 @@ impl Progress for Bars {
             self.multi.remove(&bar);
         }
     }
+
+    fn notice(&self, text: &str) {
+        // Above any bar, on standard error (also when it is not a terminal).
+        if self.multi.println(format!("logbook: {text}")).is_err() || self.multi.is_hidden() {
+            eprintln!("logbook: {text}");
+        }
+    }
+}
+
+/// Notices only, on standard error: for `serve`, which draws no bars.
+pub struct Notices;
+
+impl Progress for Notices {
+    fn start(&self, _what: &str, _total: u64, _unit: ProgressUnit) {}
+    fn advance(&self, _done: u64) {}
+    fn finish(&self) {}
+    fn notice(&self, text: &str) {
+        eprintln!("logbook: {text}");
+    }
 }

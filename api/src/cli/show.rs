@@ -24,11 +24,47 @@ fn path_text(path: &Value) -> String {
 
 pub fn sessions(v: &Value) {
     for s in v.as_array().into_iter().flatten() {
+        let id = s["sessionId"].as_str().unwrap_or("");
+        if let Some(d) = s.get("damage").filter(|d| !d.is_null()) {
+            println!(
+                "{id:<28} DAMAGED ({}): {}",
+                d["code"].as_str().unwrap_or(""),
+                d["message"].as_str().unwrap_or("")
+            );
+            continue;
+        }
         println!(
-            "{:<28} revision {:<8} {}",
-            s["sessionId"].as_str().unwrap_or(""),
+            "{id:<28} revision {:<8} {}",
             s["revision"],
             s["workspace"].as_str().unwrap_or("(no workspace)")
+        );
+    }
+}
+
+/// `verify`: what was walked, then one line per damage and per cut copy.
+pub fn verify(v: &Value) {
+    println!(
+        "{} Sessions, {} records, {} bytes of log, {} blobs checked",
+        v["sessions"], v["records"], v["bytes"], v["blobs"]
+    );
+    for d in v["damage"].as_array().into_iter().flatten() {
+        let whose = d["sessionId"]
+            .as_str()
+            .map_or("the Root".to_owned(), |id| format!("Session {id}"));
+        println!(
+            "damage in {whose}: {}: {}",
+            d["code"].as_str().unwrap_or(""),
+            d["message"].as_str().unwrap_or("")
+        );
+    }
+    for c in v["cuts"].as_array().into_iter().flatten() {
+        let whose = c["sessionId"]
+            .as_str()
+            .map_or("the Root log".to_owned(), |id| format!("Session {id}"));
+        println!(
+            "cut: {} bytes of a torn tail of {whose} (never acknowledged) are kept in {}",
+            c["bytes"],
+            c["path"].as_str().unwrap_or("")
         );
     }
 }

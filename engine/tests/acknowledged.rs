@@ -1,0 +1,211 @@
+//! Acknowledged data is never cut as a torn tail, one damaged Session never breaks the
+//! listing or `verify` of the others, and a createSession is whole or absent across failures
+//! of its own steps.
+
+mod common;
+use common::*;
+use logbook_engine::*;
+use std::path::{Path, PathBuf};
+
+fn active_segment(dir: &Path, id: &str) -> PathBuf {
+    std::fs::read_dir(dir.join("sessions").join(id).join("log"))
+        .expect("ls")
+        .map(|e| e.expect("entry").path())
+        .find(|p| p.extension().is_some_and(|x| x == "active"))
+        .expect("active segment")
+}
+
+fn names(d: &Path) -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir(d)
+        .expect("ls")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+/// One append of `n` user messages (one batch) to a new Session `id`.
+fn one_big_append(root: &Root, id: &str, n: usize) {
+    create(root, id);
+    let events: Vec<String> = (0..n)
+        .map(|i| {
+            format!(
+                r#"{{"kind":"userMessage","invocation":"inv-{i}","text":"message {i} {}","attachments":[]}}"#,
+                "words ".repeat(40)
+            )
+        })
+        .collect();
+    append(root, id, "big", &format!("[{}]", events.join(","))).expect("append");
+}
+
+#[test]
+fn damage_inside_an_acknowledged_batch_is_corrupt_not_a_torn_tail() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("root");
+    {
+        let root = root_at(&dir);
+        one_big_append(&root, "k", 4000);
+        create(&root, "n");
+        append(
+            &root,
+            "n",
+            "n1",
+            r#"[{"kind":"userMessage","invocation":"i1","text":"healthy","attachments":[]}]"#,
+        )
+        .expect("append n");
+        assert_eq!(root.revision("k").expect("rev"), 4001);
+    }
+    let seg = active_segment(&dir, "k");
+    let mut bytes = std::fs::read(&seg).expect("read");
+    let at = bytes.iter().rposition(|b| *b != 0).expect("frames") / 2;
+    bytes[at] ^= 0x20;
+    std::fs::write(&seg, &bytes).expect("write");
+    let sdir = dir.join("sessions").join("k");
+    let (files, log_files) = (names(&sdir), names(&sdir.join("log")));
+    for round in 0..3 {
+        let root = Root::open(&dir).expect("open");
+        // Reading every row reaches the damage: the log's damage, named as such.
+        let rows_ok = (|| {
+            let mut after = None;
+            loop {
+                let page = root.history(HistoryParams {
+                    session_id: "k".into(),
+                    through: None,
+                    after: after.clone(),
+                    limit: Some(1000),
+                    anchor: None,
+                    direction: Some(Direction::Forward),
+                })?;
+                match page.next_after {
+                    Some(n) => after = Some(n),
+                    None => return Ok::<_, EngineError>(()),
+                }
+            }
+        })();
+        if let Ok(rev) = root.revision("k") {
+            assert_eq!(rev, 4001, "round {round}: the revision never goes back");
+            let err = rows_ok.expect_err("paging every row reaches the damage");
+            assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+            assert!(err.to_string().contains(".active"), "names the segment: {err}");
+        } else {
+            let err = root.revision("k").expect_err("checked");
+            assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+        }
+        // The other Session, the listing and verify keep working.
+        assert_eq!(root.revision("n").expect("n"), 2);
+        let list = root.sessions().expect("listing works");
+        assert_eq!(list.len(), 2);
+        let report = root.verify().expect("verify walks the whole Root");
+        assert_eq!(report.sessions, 1, "n was walked: {report:?}");
+        assert_eq!(report.damage.len(), 1, "{report:?}");
+        assert_eq!(report.damage[0].session_id.as_deref(), Some("k"));
+        assert_eq!(report.damage[0].code, "corrupt");
+        assert!(report.cuts.is_empty(), "{report:?}");
+        drop(root);
+        assert_eq!(names(&sdir.join("log")), log_files, "round {round}: nothing is cut");
+        if round == 0 {
+            assert_eq!(names(&sdir), files, "nothing derived is deleted");
+            // A lost checkpoint must not turn the damage into a torn tail either.
+            std::fs::remove_file(sdir.join("state.ckpt")).expect("rm ckpt");
+        }
+    }
+}
+
+#[test]
+fn a_damaged_session_is_listed_as_damaged_and_verify_reports_every_damage() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("root");
+    {
+        let root = root_at(&dir);
+        for id in ["m", "n", "o"] {
+            one_big_append(&root, id, 50);
+        }
+    }
+    // Two Sessions damaged: a flipped log byte and a missing checkpoint (so open reads it).
+    for id in ["m", "o"] {
+        let seg = active_segment(&dir, id);
+        let mut bytes = std::fs::read(&seg).expect("read");
+        let at = bytes.iter().rposition(|b| *b != 0).expect("frames") / 3;
+        bytes[at] ^= 0x01;
+        std::fs::write(&seg, &bytes).expect("write");
+        std::fs::remove_file(dir.join("sessions").join(id).join("state.ckpt")).expect("rm");
+    }
+    let root = Root::open(&dir).expect("open");
+    assert_eq!(root.revision("n").expect("n works"), 51);
+    let list = root.sessions().expect("the listing does not fail for the Root");
+    let by_id: Vec<(&str, bool)> = list
+        .iter()
+        .map(|s| (s.session_id.as_str(), s.damage.is_some()))
+        .collect();
+    assert_eq!(by_id, [("m", true), ("n", false), ("o", true)]);
+    assert_eq!(list[1].revision, 51);
+    let report = root.verify().expect("verify");
+    let damaged: Vec<&str> = report
+        .damage
+        .iter()
+        .filter_map(|d| d.session_id.as_deref())
+        .collect();
+    assert_eq!(damaged, ["m", "o"], "every damage, not the first: {report:?}");
+    assert_eq!(report.sessions, 1);
+}
+
+#[test]
+fn a_torn_tail_past_every_durable_reference_is_cut_and_reported() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("root");
+    {
+        let root = root_at(&dir);
+        one_big_append(&root, "t", 10);
+    }
+    // Bytes after the last acknowledged batch that are not a whole batch: a torn write.
+    let seg = active_segment(&dir, "t");
+    let mut bytes = std::fs::read(&seg).expect("read");
+    let end = bytes.iter().rposition(|b| *b != 0).expect("frames") + 1;
+    bytes[end..end + 64].copy_from_slice(&[0x7f; 64]);
+    std::fs::write(&seg, &bytes).expect("write");
+    let root = Root::open(&dir).expect("open");
+    assert_eq!(root.revision("t").expect("rev"), 11);
+    let cuts = root.recoveries();
+    assert_eq!(cuts.len(), 1, "{cuts:?}");
+    assert_eq!(cuts[0].session_id.as_deref(), Some("t"));
+    let report = root.verify().expect("verify");
+    assert!(report.damage.is_empty(), "{report:?}");
+    assert_eq!(report.cuts.len(), 1, "verify lists the cut copy: {report:?}");
+}
+
+#[test]
+fn a_create_is_whole_after_a_leftover_at_its_staging_name() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("root");
+    {
+        let root = root_at(&dir);
+        // Whatever a crash or a person left at the staging name is not the Session.
+        std::fs::write(dir.join("sessions").join(".staging-A"), b"left over").expect("plant");
+        create(&root, "A");
+        assert_eq!(create(&root, "A"), "A", "a repeat answers the receipt");
+        assert_eq!(root.revision("A").expect("rev"), 1);
+    }
+    let root = Root::open(&dir).expect("reopen");
+    assert_eq!(root.revision("A").expect("rev after restart"), 1);
+    let report = root.verify().expect("verify");
+    assert!(report.damage.is_empty(), "{report:?}");
+}
+
+#[test]
+fn a_create_committed_but_not_in_place_is_finished_on_next_use() {
+    // A crash (or a failed rename) after the Root-log record: the staging directory is whole
+    // and the Session registered; its next use puts it in place.
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("root");
+    {
+        let root = root_at(&dir);
+        create(&root, "A");
+        create(&root, "B");
+    }
+    let sessions = dir.join("sessions");
+    std::fs::rename(sessions.join("A"), sessions.join(".staging-A")).expect("unplace");
+    let root = Root::open(&dir).expect("reopen");
+    assert_eq!(root.revision("A").expect("finished"), 1);
+    assert!(sessions.join("A").is_dir());
+    assert!(root.verify().expect("verify").damage.is_empty());
+}
