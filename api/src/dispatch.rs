@@ -52,6 +52,8 @@ pub const METHODS: &[&str] = &[
     "gitDiff",
     "snapshotPatch",
     "readPatch",
+    "verify",
+    "recoveries",
 ];
 
 pub fn is_waiting(method: &str) -> bool {

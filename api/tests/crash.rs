@@ -10,8 +10,14 @@
 //! - each Session's events are dense from 1 and tile exactly into the answered mutations'
 //!   receipts (nothing extra, nothing missing), with the event kinds each mutation writes.
 //!
-//! `LOGBOOK_CRASH_CYCLES` sets the number of kills (default 60), `LOGBOOK_CRASH_SEED` replays a
-//! run; the seed is printed first.
+//! A second run kills a server that works under a descriptor limit (`ulimit -n`), with more
+//! Sessions than its descriptors can hold open and with forks among the mutations: some
+//! answers are then `io` errors (not acknowledged, so whole or absent like the unanswered),
+//! and kills land inside createSession and fork steps that fail for want of descriptors.
+//! Some kills wait up to 400 ms so that they also land inside the periodic index sync.
+//!
+//! `LOGBOOK_CRASH_CYCLES` sets the number of kills (default 60; the limited run does half),
+//! `LOGBOOK_CRASH_SEED` replays a run; the seed is printed first.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::{BufRead, BufReader, Write};
@@ -33,6 +39,10 @@ const OLD_REPEATS_PER_CYCLE: usize = 12;
 const HISTORY_PAGE_ROWS: u32 = 1024;
 /// Most Sessions the harness creates: every check reads every Session, so this bounds a cycle.
 const SESSIONS_MAX: usize = 6;
+/// Sessions of the descriptor-limited run: more than its servers can hold open at once.
+const LIMITED_SESSIONS_MAX: usize = 24;
+/// The descriptor limit of the limited run's servers.
+const LIMITED_FDS: u64 = 32;
 
 fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_logbook"))
@@ -89,7 +99,22 @@ struct Server {
 
 impl Server {
     fn start(root: &Path) -> Server {
-        let mut child = Command::new(bin())
+        Server::start_limited(root, None)
+    }
+
+    /// `logbook serve`, allowed at most `fds` open descriptors when given.
+    fn start_limited(root: &Path, fds: Option<u64>) -> Server {
+        let mut command = match fds {
+            None => Command::new(bin()),
+            Some(n) => {
+                let mut c = Command::new("bash");
+                c.arg("-c")
+                    .arg(format!("ulimit -n {n}; exec \"$0\" \"$@\""))
+                    .arg(bin());
+                c
+            }
+        };
+        let mut child = command
             .args(["serve", "--root"])
             .arg(root)
             .stdin(Stdio::piped())
@@ -190,6 +215,10 @@ enum Kind {
     Send,
     Append,
     Stop,
+    /// A fork that was never applied and cannot be repeated (its source moved on).
+    Void,
+    /// A fork of `session` (all of it); the new Session's id comes with the receipt.
+    Fork,
 }
 
 /// One mutation the harness sent, and what it knows about it.
@@ -224,6 +253,7 @@ impl Op {
                 "turnSettled",
             ],
             Kind::Stop => &["stopRequested"],
+            Kind::Fork | Kind::Void => &[],
         }
     }
 
@@ -231,7 +261,7 @@ impl Op {
     fn first_sequence(&self) -> u64 {
         let r = self.result.as_ref().expect("answered");
         match self.kind {
-            Kind::Create => 1,
+            Kind::Create | Kind::Fork | Kind::Void => 1,
             Kind::Send | Kind::Stop => r["sequence"].as_u64().expect("sequence"),
             Kind::Append => r["firstSequence"].as_u64().expect("firstSequence"),
         }
@@ -250,6 +280,16 @@ struct Harness {
     answered_total: u64,
     unanswered_total: u64,
     unanswered_present: u64,
+    /// Most Sessions created (forks not counted).
+    sessions_max: usize,
+    /// The descriptor limit of the servers that take the bursts (checks run without one).
+    fd_limit: Option<u64>,
+    /// Forks among the mutations.
+    forks: bool,
+    /// Each Session's revision at the last check: a fork must name its source's revision.
+    revisions: HashMap<String, u64>,
+    /// Answers that were errors (allowed only under a descriptor limit).
+    errors_total: u64,
 }
 
 impl Harness {
@@ -257,7 +297,7 @@ impl Harness {
         let op_name = format!("c{}-{k}", self.cycle);
         let pick = self.rng.below(100);
         let creates = self.ops.iter().filter(|o| o.kind == Kind::Create).count();
-        if creates < SESSIONS_MAX && (pick < 4 || self.sessions.is_empty()) {
+        if creates < self.sessions_max && (pick < 4 || self.sessions.is_empty()) {
             let sid = format!("s-{op_name}");
             return Op {
                 kind: Kind::Create,
@@ -270,6 +310,21 @@ impl Harness {
             };
         }
         let session = self.sessions[self.rng.below(self.sessions.len() as u64) as usize].clone();
+        // A fork names its source's revision, known only before the burst's first mutation.
+        if self.forks && k == 0 && pick < 30 {
+            if let Some(rev) = self.revisions.get(&session) {
+                return Op {
+                    kind: Kind::Fork,
+                    session: session.clone(),
+                    method: "fork",
+                    params: json!({"sessionId": session, "operation": op_name,
+                                   "from": {"kind": "all"}, "revision": rev}),
+                    result: None,
+                    markers: vec![],
+                    attachment_bytes: vec![],
+                };
+            }
+        }
         let stops: Vec<&(String, String)> = self
             .open_invocations
             .iter()
@@ -384,6 +439,14 @@ impl Harness {
                     // No row: judged by its receipt below.
                     usize::from(op.result.is_some())
                 }
+                Kind::Void => 0,
+                Kind::Fork => match &op.result {
+                    Some(r) => {
+                        let id = r["sessionId"].as_str().unwrap();
+                        listed.iter().filter(|x| *x == id).count()
+                    }
+                    None => 0,
+                },
                 Kind::Send | Kind::Append => {
                     let snap = snapshot.get(&op.session).unwrap_or_else(|| {
                         panic!(
@@ -413,14 +476,35 @@ impl Harness {
 
         // 2. Repeat every unanswered mutation (in sending order): applied at most once.
         for i in 0..self.ops.len() {
-            if self.ops[i].result.is_some() {
+            if self.ops[i].result.is_some() || self.ops[i].kind == Kind::Void {
                 continue;
             }
             let op = self.ops[i].clone();
+            if op.kind == Kind::Fork {
+                // Whole or absent: its receipt says which. An absent one names a revision
+                // its source has since left, so it is not repeated.
+                let r = s.ok(
+                    "forkReceipt",
+                    json!({"sessionId": op.session, "operation": op.operation()}),
+                );
+                if !r.is_null() {
+                    let id = r["sessionId"].as_str().unwrap();
+                    assert!(
+                        listed.iter().any(|x| x == id),
+                        "cycle {cycle}: fork {} has a receipt but no Session",
+                        op.operation()
+                    );
+                    self.unanswered_present += 1;
+                    self.ops[i].result = Some(r);
+                } else {
+                    self.ops[i].kind = Kind::Void;
+                }
+                continue;
+            }
             let was_present = match op.kind {
                 Kind::Create => listed.contains(&op.session),
                 Kind::Send | Kind::Append => snapshot[&op.session].count(&op.markers[0]) == 1,
-                Kind::Stop => false,
+                Kind::Stop | Kind::Fork | Kind::Void => false,
             };
             let r = s.ok(op.method, op.params.clone());
             self.ops[i].result = Some(r.clone());
@@ -449,6 +533,9 @@ impl Harness {
         }
         for i in repeat {
             let op = &self.ops[i];
+            if op.kind == Kind::Void {
+                continue;
+            }
             let again = s.ok(op.method, op.params.clone());
             assert_eq!(
                 Some(&again),
@@ -479,21 +566,33 @@ impl Harness {
             .iter()
             .map(|x| x["sessionId"].as_str().unwrap().to_owned())
             .collect();
+        let forks: HashMap<String, &Op> = self
+            .ops
+            .iter()
+            .filter(|o| o.kind == Kind::Fork)
+            .map(|o| {
+                let r = o.result.as_ref().expect("every fork is answered by now");
+                (r["sessionId"].as_str().unwrap().to_owned(), o)
+            })
+            .collect();
         let mut created: Vec<String> = self
             .ops
             .iter()
             .filter(|o| o.kind == Kind::Create)
             .map(|o| o.session.clone())
+            .chain(forks.keys().cloned())
             .collect();
         created.sort();
         assert_eq!(
             listed, created,
-            "cycle {cycle}: Sessions differ from the creations"
+            "cycle {cycle}: Sessions differ from the creations and forks"
         );
-        for sid in &listed {
+        let mut snaps: BTreeMap<String, Snapshot> = BTreeMap::new();
+        for sid in listed.iter().filter(|id| !forks.contains_key(*id)) {
             let snap = Snapshot::read(s, sid);
+            self.revisions.insert(sid.clone(), snap.revision);
             let mut expect: Vec<(u64, &'static str, &Op)> = Vec::new();
-            for op in self.ops.iter().filter(|o| o.session == *sid) {
+            for op in self.ops_writing_to(sid) {
                 let first = op.first_sequence();
                 for (k, kind) in op.event_kinds().iter().enumerate() {
                     expect.push((first + k as u64, kind, op));
@@ -520,7 +619,7 @@ impl Harness {
             }
             // Rows: each marker once, at the sequence its receipt implies.
             let mut rows_expected = 0;
-            for op in self.ops.iter().filter(|o| o.session == *sid) {
+            for op in self.ops_writing_to(sid) {
                 let first = op.first_sequence();
                 let offsets: &[u64] = match op.kind {
                     Kind::Send => &[0],
@@ -542,7 +641,39 @@ impl Harness {
                 rows_expected,
                 "cycle {cycle}: {sid} has rows no mutation wrote"
             );
+            snaps.insert(sid.clone(), snap);
         }
+        // 5. A fork shows its source's events and rows through the revision it named.
+        for (fid, op) in &forks {
+            let source = &snaps[&op.session];
+            let through = op.params["revision"].as_u64().unwrap();
+            let snap = Snapshot::read(s, fid);
+            assert_eq!(snap.revision, through, "cycle {cycle}: fork {fid} revision");
+            let want_rows: Vec<&(u64, String)> =
+                source.rows.iter().filter(|(q, _)| *q <= through).collect();
+            assert_eq!(
+                snap.rows.iter().collect::<Vec<_>>(),
+                want_rows,
+                "cycle {cycle}: fork {fid} rows differ from its source's"
+            );
+            let want_events: Vec<&(u64, String)> = source
+                .events
+                .iter()
+                .filter(|(q, _)| *q <= through)
+                .collect();
+            assert_eq!(
+                snap.events.iter().collect::<Vec<_>>(),
+                want_events,
+                "cycle {cycle}: fork {fid} events differ from its source's"
+            );
+        }
+    }
+
+    /// The mutations that write events into Session `sid` (a fork writes none to its source).
+    fn ops_writing_to<'a>(&'a self, sid: &'a str) -> impl Iterator<Item = &'a Op> + 'a {
+        self.ops
+            .iter()
+            .filter(move |o| o.session == sid && !matches!(o.kind, Kind::Fork | Kind::Void))
     }
 
     /// Makes an answered mutation usable by later ones.
@@ -561,7 +692,7 @@ impl Harness {
                     .to_owned();
                 self.open_invocations.push((op.session.clone(), inv));
             }
-            Kind::Append | Kind::Stop => {}
+            Kind::Append | Kind::Stop | Kind::Fork | Kind::Void => {}
         }
     }
 
@@ -603,12 +734,26 @@ impl Harness {
                 Err(e) => panic!("cycle {}: burst stalled: {e:?}", self.cycle),
             }
         }
-        std::thread::sleep(Duration::from_micros(self.rng.below(3_000)));
+        // Mostly within 3 ms of an answer; sometimes long enough to span an index sync tick.
+        let delay_us = if self.rng.chance(20) { 400_000 } else { 3_000 };
+        std::thread::sleep(Duration::from_micros(self.rng.below(delay_us)));
         let answers = s.kill_and_drain();
         drop(writer.join());
         for (k, id) in ids.iter().enumerate() {
             let i = start + k;
             if let Some(a) = answers.get(id) {
+                if self.ops[i].kind == Kind::Fork && a["error"]["code"] == "conflict" {
+                    // A Turn of the source is still open (sends leave them so): refused, and
+                    // nothing stored.
+                    self.ops[i].kind = Kind::Void;
+                    continue;
+                }
+                if self.fd_limit.is_some() && a["error"]["code"] == "io" {
+                    // Refused for want of descriptors: not acknowledged, so like unanswered.
+                    self.errors_total += 1;
+                    self.unanswered_total += 1;
+                    continue;
+                }
                 assert!(
                     a.get("error").is_none(),
                     "cycle {}: {} failed: {a}",
@@ -715,13 +860,32 @@ fn env_u64(name: &str) -> Option<u64> {
 #[test]
 fn sigkill_under_a_stream_of_mutations_loses_nothing_answered() {
     let cycles = env_u64("LOGBOOK_CRASH_CYCLES").unwrap_or(CYCLES_DEFAULT);
+    run("", cycles, SESSIONS_MAX, None, false);
+}
+
+#[test]
+fn sigkill_with_forks_under_a_descriptor_limit_loses_nothing_answered() {
+    let cycles = env_u64("LOGBOOK_CRASH_CYCLES").unwrap_or(CYCLES_DEFAULT) / 2;
+    run(
+        "limited: ",
+        cycles,
+        LIMITED_SESSIONS_MAX,
+        Some(LIMITED_FDS),
+        true,
+    );
+}
+
+/// Runs `cycles` kills; `fd_limit` applies to the servers that take the bursts.
+fn run(label: &str, cycles: u64, sessions_max: usize, fd_limit: Option<u64>, forks: bool) {
     let seed = env_u64("LOGBOOK_CRASH_SEED").unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_nanos() as u64
     });
-    println!("crash harness: seed {seed} (LOGBOOK_CRASH_SEED={seed} replays), {cycles} cycles");
+    println!(
+        "crash harness: {label}seed {seed} (LOGBOOK_CRASH_SEED={seed} replays), {cycles} cycles"
+    );
     let tmp = tempfile::tempdir().unwrap();
     let mut h = Harness {
         rng: Rng(seed),
@@ -733,6 +897,11 @@ fn sigkill_under_a_stream_of_mutations_loses_nothing_answered() {
         answered_total: 0,
         unanswered_total: 0,
         unanswered_present: 0,
+        sessions_max,
+        fd_limit,
+        forks,
+        revisions: HashMap::new(),
+        errors_total: 0,
     };
     let started = Instant::now();
     let mut last_burst = 0..0;
@@ -746,10 +915,15 @@ fn sigkill_under_a_stream_of_mutations_loses_nothing_answered() {
         if cycle == cycles {
             break;
         }
+        if h.fd_limit.is_some() {
+            // Checks run without the limit; the burst meets it.
+            s.kill_and_drain();
+            s = Server::start_limited(&h.root, h.fd_limit);
+        }
         last_burst = h.burst_and_kill(s);
         if (cycle + 1) % 25 == 0 {
             println!(
-                "crash harness: {} kills survived ({:.0}s, {} mutations)",
+                "crash harness: {label}{} kills survived ({:.0}s, {} mutations)",
                 cycle + 1,
                 started.elapsed().as_secs_f64(),
                 h.ops.len()
@@ -757,12 +931,13 @@ fn sigkill_under_a_stream_of_mutations_loses_nothing_answered() {
         }
     }
     println!(
-        "crash harness: seed {seed}: {cycles} SIGKILLs survived in {:.1}s; {} mutations sent, {} answered before a kill, \
-         {} unanswered ({} of them found whole, the rest wholly absent)",
+        "crash harness: {label}seed {seed}: {cycles} SIGKILLs survived in {:.1}s; {} mutations sent, {} answered before a kill, \
+         {} unanswered or refused ({} refused for want of descriptors; {} found whole, the rest wholly absent)",
         started.elapsed().as_secs_f64(),
         h.ops.len(),
         h.answered_total,
         h.unanswered_total,
+        h.errors_total,
         h.unanswered_present
     );
 }

@@ -293,14 +293,17 @@ fn offsets(len: u64, edge: u64, spread: u64) -> Vec<u64> {
 const MAGIC_AND_VERSION_BYTES: u64 = 12;
 
 fn check_error(e: &EngineError, file: &Path, kind: FileType, damage: Damage, what: &str) {
-    let msg = e.to_string();
+    check_damage(e.kind().code(), &e.to_string(), file, kind, damage, what);
+}
+
+/// [`check_error`] for an error as a code and a message (as `verify` reports damage).
+fn check_damage(code: &str, msg: &str, file: &Path, kind: FileType, damage: Damage, what: &str) {
     let in_magic = match damage {
         Damage::Truncate(at) | Damage::Flip(at, _) => at < MAGIC_AND_VERSION_BYTES,
     };
     assert!(
-        e.kind() == ErrorKind::Corrupt || (e.kind() == ErrorKind::UnsupportedFormat && in_magic),
-        "{what}: {file:?}: error of kind {:?}, not corrupt: {msg}",
-        e.kind()
+        code == "corrupt" || (code == "unsupported_format" && in_magic),
+        "{what}: {file:?}: error of kind {code}, not corrupt: {msg}"
     );
     let name = file.file_name().unwrap().to_string_lossy();
     let parent = file.parent().unwrap().to_string_lossy();
@@ -312,7 +315,7 @@ fn check_error(e: &EngineError, file: &Path, kind: FileType, damage: Damage, wha
         kind,
         FileType::SealedSegment | FileType::ActiveSegment | FileType::RootLog
     ) && msg.contains(&*name)
-        && e.kind() == ErrorKind::Corrupt
+        && code == "corrupt"
     {
         assert!(
             msg.contains("offset"),
@@ -445,9 +448,18 @@ fn trial(kind: FileType, rel: &Path, damage: Damage) -> Outcome {
     if outcome == Outcome::Same && !kind.derived() && kind != FileType::RootHeader {
         // Nothing read differed: then verify must still see the damage (or it hit bytes no
         // reader depends on, which the caller counts).
-        if let Err(e) = root.verify() {
-            check_error(&e, &path, kind, damage, &what);
-            return Outcome::Detected;
+        // Verify reports damage in its report (every damage, not the first).
+        match root.verify() {
+            Err(e) => {
+                check_error(&e, &path, kind, damage, &what);
+                return Outcome::Detected;
+            }
+            Ok(report) => {
+                if let Some(d) = report.damage.first() {
+                    check_damage(&d.code, &d.message, &path, kind, damage, &what);
+                    return Outcome::Detected;
+                }
+            }
         }
     }
     outcome

@@ -1093,9 +1093,8 @@ impl Shared {
             }
             None => None,
         };
-        if !dir.is_dir() && plain.is_some() && self.staging_of(id).is_dir() {
+        if let Some(workspace) = plain.filter(|_| !dir.is_dir() && self.staging_of(id).is_dir()) {
             // Registered, but the rename into place failed or a crash came first.
-            let workspace = plain.expect("checked");
             self.materialize(id, workspace, None)?;
         }
         if !dir.is_dir() {

@@ -86,7 +86,10 @@ fn damage_inside_an_acknowledged_batch_is_corrupt_not_a_torn_tail() {
             assert_eq!(rev, 4001, "round {round}: the revision never goes back");
             let err = rows_ok.expect_err("paging every row reaches the damage");
             assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
-            assert!(err.to_string().contains(".active"), "names the segment: {err}");
+            assert!(
+                err.to_string().contains(".active"),
+                "names the segment: {err}"
+            );
         } else {
             let err = root.revision("k").expect_err("checked");
             assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
@@ -102,7 +105,11 @@ fn damage_inside_an_acknowledged_batch_is_corrupt_not_a_torn_tail() {
         assert_eq!(report.damage[0].code, "corrupt");
         assert!(report.cuts.is_empty(), "{report:?}");
         drop(root);
-        assert_eq!(names(&sdir.join("log")), log_files, "round {round}: nothing is cut");
+        assert_eq!(
+            names(&sdir.join("log")),
+            log_files,
+            "round {round}: nothing is cut"
+        );
         if round == 0 {
             assert_eq!(names(&sdir), files, "nothing derived is deleted");
             // A lost checkpoint must not turn the damage into a torn tail either.
@@ -132,7 +139,9 @@ fn a_damaged_session_is_listed_as_damaged_and_verify_reports_every_damage() {
     }
     let root = Root::open(&dir).expect("open");
     assert_eq!(root.revision("n").expect("n works"), 51);
-    let list = root.sessions().expect("the listing does not fail for the Root");
+    let list = root
+        .sessions()
+        .expect("the listing does not fail for the Root");
     let by_id: Vec<(&str, bool)> = list
         .iter()
         .map(|s| (s.session_id.as_str(), s.damage.is_some()))
@@ -145,7 +154,11 @@ fn a_damaged_session_is_listed_as_damaged_and_verify_reports_every_damage() {
         .iter()
         .filter_map(|d| d.session_id.as_deref())
         .collect();
-    assert_eq!(damaged, ["m", "o"], "every damage, not the first: {report:?}");
+    assert_eq!(
+        damaged,
+        ["m", "o"],
+        "every damage, not the first: {report:?}"
+    );
     assert_eq!(report.sessions, 1);
 }
 
@@ -170,7 +183,11 @@ fn a_torn_tail_past_every_durable_reference_is_cut_and_reported() {
     assert_eq!(cuts[0].session_id.as_deref(), Some("t"));
     let report = root.verify().expect("verify");
     assert!(report.damage.is_empty(), "{report:?}");
-    assert_eq!(report.cuts.len(), 1, "verify lists the cut copy: {report:?}");
+    assert_eq!(
+        report.cuts.len(),
+        1,
+        "verify lists the cut copy: {report:?}"
+    );
 }
 
 #[test]

@@ -133,9 +133,14 @@ fn indexes_ahead_of_a_cut_log_are_cut_back() {
     let (before, log_before) = (files(&sdir), files(&log_dir));
     {
         let root = Root::open(&dir).expect("reopen");
-        let err = root.revision("s").expect_err("acknowledged bytes are missing");
+        let err = root
+            .revision("s")
+            .expect_err("acknowledged bytes are missing");
         assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
-        assert!(err.to_string().contains(".active"), "names the segment: {err}");
+        assert!(
+            err.to_string().contains(".active"),
+            "names the segment: {err}"
+        );
     }
     assert_eq!(files(&sdir), before, "nothing derived is deleted");
     assert_eq!(files(&log_dir), log_before, "nothing is cut");

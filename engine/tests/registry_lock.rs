@@ -4,7 +4,6 @@
 
 mod common;
 use common::*;
-use logbook_engine::*;
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
@@ -39,6 +38,10 @@ fn requests_on_other_sessions_do_not_wait_for_a_create() {
     assert_eq!(creator.join().expect("creator"), "b");
     let (rev_ok, listed) = answered.expect("requests on Session a waited for the create of b");
     assert!(rev_ok);
-    assert_eq!(listed, Some(1), "the Session being made is not listed before it is whole");
+    assert_eq!(
+        listed,
+        Some(1),
+        "the Session being made is not listed before it is whole"
+    );
     assert_eq!(root.sessions().expect("list").len(), 2);
 }

@@ -58,7 +58,8 @@ mod walk;
 pub use crate::cache::{BlockCache, BLOCK_CACHE_BYTES};
 pub use crate::error::{ErrorKind, LogError};
 pub use crate::format::{
-    BATCH_BYTES_MAX, BLOCK_BYTES, CUT_HEADER_BYTES, LOG_FORMAT_VERSION, RECORD_PAYLOAD_BYTES_MAX, ZSTD_LEVEL,
+    BATCH_BYTES_MAX, BLOCK_BYTES, CUT_HEADER_BYTES, LOG_FORMAT_VERSION, RECORD_PAYLOAD_BYTES_MAX,
+    ZSTD_LEVEL,
 };
 pub use crate::log::{
     background_thread, Durability, Location, Log, LogConfig, OwnedRecord, Reader, Record,

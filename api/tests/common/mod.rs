@@ -48,6 +48,17 @@ impl Server {
         Server::spawn(command)
     }
 
+    /// Starts `logbook serve --root ROOT` allowed at most `n` open file descriptors.
+    pub fn start_with_descriptor_limit(root: &Path, n: u64) -> Server {
+        let mut command = Command::new("bash");
+        command
+            .arg("-c")
+            .arg(format!("ulimit -n {n}; exec \"$0\" serve --root \"$1\""))
+            .arg(bin())
+            .arg(root);
+        Server::spawn(command)
+    }
+
     fn spawn(mut command: Command) -> Server {
         let mut child = command
             .stdin(Stdio::piped())
