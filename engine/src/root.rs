@@ -1015,11 +1015,41 @@ impl Root {
             let log_dir = sh.dir.join(SESSIONS_DIR).join(id).join("log");
             report.cuts.extend(cut_copies(Some(id), &log_dir));
         }
+        report.damage.extend(self.unregistered_dirs(&ids));
         match sh.blobs.verify() {
             Ok(n) => report.blobs = n,
             Err(e) => report.damage.push(DamageNote::of(None, &e)),
         }
         Ok(report)
+    }
+}
+
+impl Root {
+    /// Session directories that the Root log does not register: the Root log lost records
+    /// that had been acknowledged (a Session's directory is put in place only after its
+    /// record was synced). Staging names (starting with '.') are scratch, not Sessions.
+    fn unregistered_dirs(&self, ids: &[String]) -> Vec<DamageNote> {
+        let sessions = self.shared.dir.join(SESSIONS_DIR);
+        let Ok(entries) = std::fs::read_dir(&sessions) else {
+            return Vec::new();
+        };
+        let mut found: Vec<DamageNote> = entries
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|name| !name.starts_with('.') && ids.binary_search(name).is_err())
+            .map(|name| DamageNote {
+                session_id: Some(name.clone()),
+                code: "corrupt".into(),
+                message: format!(
+                    "corrupt: {}: this Session's directory exists but the Root log does not \
+                     register it, so the Root log lost acknowledged records (a cut copy in \
+                     root-log/ holds bytes a recovery cut, if any)",
+                    sessions.join(&name).display()
+                ),
+            })
+            .collect();
+        found.sort_by(|a, b| a.session_id.cmp(&b.session_id));
+        found
     }
 }
 

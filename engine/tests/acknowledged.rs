@@ -226,3 +226,39 @@ fn a_create_committed_but_not_in_place_is_finished_on_next_use() {
     assert!(sessions.join("A").is_dir());
     assert!(root.verify().expect("verify").damage.is_empty());
 }
+
+#[test]
+fn verify_reports_a_session_directory_the_root_log_does_not_register() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("root");
+    {
+        let root = root_at(&dir);
+        create(&root, "A");
+        create(&root, "B");
+    }
+    // As if the Root log had lost B's registration: B's directory outlives its record.
+    let other = tempfile::tempdir().expect("tmp");
+    let lone = other.path().join("root");
+    {
+        let root = root_at(&lone);
+        create(&root, "A");
+    }
+    std::fs::remove_dir_all(dir.join("root-log")).expect("rm");
+    copy_dir(&lone.join("root-log"), &dir.join("root-log"));
+    let root = Root::open(&dir).expect("open");
+    let report = root.verify().expect("verify");
+    let damaged: Vec<&str> = report
+        .damage
+        .iter()
+        .filter_map(|d| d.session_id.as_deref())
+        .collect();
+    assert_eq!(damaged, ["B"], "{report:?}");
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for e in std::fs::read_dir(from).expect("ls") {
+        let e = e.expect("entry");
+        std::fs::copy(e.path(), to.join(e.file_name())).expect("copy");
+    }
+}
