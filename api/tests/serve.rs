@@ -592,6 +592,34 @@ fn a_second_writer_is_busy() {
 }
 
 #[test]
+fn a_second_server_is_busy_after_the_lock_file_is_deleted() {
+    // Two real servers: deleting `ROOT/lock` used to let the second one take a fresh lock
+    // file and overwrite the first one's acknowledged sends.
+    let root = new_root();
+    let mut first = Server::start(root.path());
+    create(&mut first, "x", None);
+    std::fs::remove_file(root.path().join("lock")).unwrap();
+    let second = std::process::Command::new(bin())
+        .args(["serve", "--root"])
+        .arg(root.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!second.status.success(), "the second server was admitted");
+    assert!(
+        String::from_utf8_lossy(&second.stderr).contains("busy"),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    // The first server still owns the Root and its sends stay as acknowledged.
+    let sent = first.ok(
+        "send",
+        json!({"sessionId": "x", "operation": "s1", "text": "hello", "attachments": []}),
+    );
+    assert_eq!(sent["sequence"], 2);
+}
+
+#[test]
 fn fork_diagnostics_context_and_attachments() {
     let root = new_root();
     let mut s = Server::start(root.path());

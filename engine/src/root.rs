@@ -16,6 +16,7 @@ use logbook_log::{Durability, Log, Record};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -124,7 +125,8 @@ pub(crate) struct Shared {
     pub(crate) options: RootOptions,
     /// Shared by the logs of every Session of the Root.
     block_cache: Arc<logbook_log::BlockCache>,
-    _lock: File,
+    /// The writer lock (see `take_lock`); released when the last reference goes.
+    _lock: OwnedFd,
     pub(crate) root_log: Log,
     pub(crate) registry: Mutex<Registry>,
     opened: Mutex<Vec<Arc<Session>>>,
@@ -234,23 +236,30 @@ fn check_header(dir: &Path) -> Result<(), EngineError> {
     Ok(())
 }
 
-fn take_lock(dir: &Path) -> Result<File, EngineError> {
-    let path = dir.join(LOCK_FILE);
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(|e| EngineError::io(&path, "open", e))?;
+/// Takes the writer lock: an exclusive `flock` on the Root directory itself.
+///
+/// The lock is on the directory, not on a file inside it, because a file can be deleted or
+/// replaced under a holder (`rm ROOT/lock`): the next opener would then create a fresh file,
+/// lock it without contention and become a second writer. The directory cannot be swapped
+/// out from under an open descriptor without moving the whole Root, which moves its data too.
+fn take_lock(dir: &Path) -> Result<OwnedFd, EngineError> {
+    use rustix::fs::{FlockOperation, Mode, OFlags};
+    // CLOEXEC so that no spawned child (git, an editor) inherits and keeps the lock alive
+    // after this process ends; rustix does not add it on its own.
+    let fd = rustix::fs::open(
+        dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| EngineError::io(dir, "open for the writer lock", std::io::Error::from(e)))?;
     // A lock can outlive its Root by a moment: a child process that this process spawns
     // shares every open file description until its exec closes them, so a Root dropped and
     // opened again while another thread spawns can find its own old lock still held. Such a
     // lock goes within milliseconds; another writer's lock does not.
     let deadline = std::time::Instant::now() + LOCK_WAIT_MAX;
     loop {
-        match rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => return Ok(f),
+        match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => return Ok(fd),
             Err(rustix::io::Errno::WOULDBLOCK) if std::time::Instant::now() < deadline => {
                 std::thread::sleep(std::time::Duration::from_millis(5));
             }
@@ -259,7 +268,13 @@ fn take_lock(dir: &Path) -> Result<File, EngineError> {
                     path: dir.to_owned(),
                 })
             }
-            Err(e) => return Err(EngineError::io(&path, "lock", std::io::Error::from(e))),
+            Err(e) => {
+                return Err(EngineError::io(
+                    dir,
+                    "lock (flock)",
+                    std::io::Error::from(e),
+                ))
+            }
         }
     }
 }
@@ -356,6 +371,8 @@ impl Root {
             &dir.join(ROOT_LOG_DIR),
             log_config(Durability::Sync),
         )?);
+        // Builds before the directory lock flocked this file; it is still made so a Root
+        // looks the same to them, but the lock that counts is on the directory (`take_lock`).
         let lock_path = dir.join(LOCK_FILE);
         File::create(&lock_path).map_err(|e| EngineError::io(&lock_path, "create", e))?;
         // The header goes last: its presence marks a complete Root.

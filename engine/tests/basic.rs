@@ -61,6 +61,27 @@ fn busy_from_child_process() {
 }
 
 #[test]
+fn deleting_the_lock_file_does_not_admit_a_second_writer() {
+    // The writer lock must hold on something a stray `rm ROOT/lock` cannot replace: with a
+    // lock on that file, the second open made a fresh file, locked it and became a second
+    // writer over the same Sessions.
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("r");
+    let root = root_at(&dir);
+    create(&root, "x");
+    std::fs::remove_file(dir.join("lock")).expect("rm lock");
+    let busy = Root::open(&dir).expect_err("second writer after rm lock");
+    assert_eq!(busy.kind(), ErrorKind::Busy, "{busy}");
+    drop(root);
+    let again = Root::open(&dir).expect("open after the writer closed, lock file or not");
+    assert_eq!(
+        Root::open(&dir).expect_err("still one writer").kind(),
+        ErrorKind::Busy
+    );
+    drop(again);
+}
+
+#[test]
 fn unsupported_root_version_is_named() {
     let tmp = tempfile::tempdir().expect("tmp");
     let dir = tmp.path().join("r");
