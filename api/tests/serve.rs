@@ -475,6 +475,93 @@ fn workspace_reads_never_follow_links() {
 }
 
 #[test]
+fn git_views_hide_the_root_inside_the_workspace() {
+    // The Root often sits in the Session's workspace (the default `.logbook/` of the current
+    // directory). Its files must be as hidden from git views as from file views: not
+    // listed, not diffed, and never folded into a patch (which made every patch carry the
+    // previous ones and grow).
+    let ws = tempfile::tempdir().unwrap();
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+            .args(args)
+            .current_dir(ws.path())
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}");
+    };
+    git(&["init", "-q"]);
+    std::fs::write(ws.path().join("a.txt"), "one\ntwo\n").unwrap();
+    git(&["add", "a.txt"]);
+    git(&["commit", "-qm", "first"]);
+    std::fs::write(ws.path().join("a.txt"), "one\nthree\n").unwrap();
+    std::fs::write(ws.path().join("b.txt"), "new\n").unwrap();
+    // A `.logbook` below the top is hidden by name, as the file views hide it.
+    std::fs::create_dir_all(ws.path().join("sub/.logbook")).unwrap();
+    std::fs::write(ws.path().join("sub/.logbook/old.txt"), "x\n").unwrap();
+    // The Root under a name of its own, so that only its place hides it.
+    let root = ws.path().join("state");
+    let mut s = Server::start(&root);
+    create(&mut s, "w", Some(ws.path()));
+    s.ok(
+        "send",
+        json!({"sessionId": "w", "operation": "s1", "text": "fill the Root", "attachments": [
+            {"name": "n.txt", "mimeType": "text/plain", "dataBase64": b64(b"attached")}]}),
+    );
+
+    let st = s.ok("gitStatus", json!({"sessionId": "w"}));
+    assert_eq!(st["untracked"], json!([{"path": path("b.txt")}]), "{st}");
+    assert_eq!(
+        st["worktree"],
+        json!([{"path": path("a.txt"), "change": "modified"}])
+    );
+
+    for hidden in ["state/logbook.root", "sub/.logbook/old.txt"] {
+        let read = s.request("readFile", json!({"sessionId": "w", "path": path(hidden)}));
+        let read = s.answer(read);
+        let diff = s.request(
+            "gitDiff",
+            json!({"sessionId": "w", "path": path(hidden), "area": "untracked"}),
+        );
+        let diff = s.answer(diff);
+        assert_eq!(read["error"]["code"], "permission_denied", "{read}");
+        assert_eq!(
+            diff["error"], read["error"],
+            "gitDiff refuses {hidden} as readFile does"
+        );
+    }
+
+    let patches: Vec<Value> = (0..3)
+        .map(|i| {
+            s.ok(
+                "snapshotPatch",
+                json!({"sessionId": "w", "operation": format!("snap-{i}")}),
+            )
+        })
+        .collect();
+    for p in &patches[1..] {
+        assert_eq!(p["bytes"], patches[0]["bytes"], "{patches:?}");
+        assert_eq!(p["digest"], patches[0]["digest"], "{patches:?}");
+    }
+    let text = s.ok(
+        "readPatch",
+        json!({"sessionId": "w", "patchId": patches[0]["patchId"], "after": null, "limit": 1 << 20}),
+    )["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        text.contains("+++ b/b.txt") && text.contains("+three"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("state/") && !text.contains(".logbook"),
+        "{text}"
+    );
+}
+
+#[test]
 fn git_status_and_diff_match_the_repository() {
     let root = new_root();
     let ws = tempfile::tempdir().unwrap();
