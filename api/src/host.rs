@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -47,6 +47,8 @@ pub struct Host {
     workspaces: Mutex<HashMap<String, Arc<Workspace>>>,
     watches: Mutex<HashMap<String, Arc<FileWatch>>>,
     next_watch: AtomicU64,
+    /// Set by [`Host::end_waits`]: a file watch woken by it answers `timeout`.
+    waits_ended: AtomicBool,
 }
 
 impl Host {
@@ -66,6 +68,26 @@ impl Host {
             workspaces: Mutex::new(HashMap::new()),
             watches: Mutex::new(HashMap::new()),
             next_watch: AtomicU64::new(1),
+            waits_ended: AtomicBool::new(false),
+        }
+    }
+
+    /// Ends every wait, for a server whose input has ended: each `watch`,
+    /// `watchDiagnostics` and `watchFilesNext` in progress answers now, and each later one
+    /// at once, with exactly what it answers when its timeout passes. File watches are
+    /// closed for good (the server is going away); nothing else changes.
+    pub fn end_waits(&self) {
+        self.waits_ended.store(true, Ordering::Release);
+        self.root.end_waits();
+        let watches: Vec<Arc<FileWatch>> = self
+            .watches
+            .lock()
+            .expect("watch table lock poisoned")
+            .values()
+            .cloned()
+            .collect();
+        for w in watches {
+            w.closer.close();
         }
     }
 
@@ -205,6 +227,10 @@ impl Host {
             )));
         };
         let event = match watch.next(Duration::from_millis(timeout))? {
+            // Closed by `end_waits`, not by `watchFilesClose`: answer as at the timeout.
+            _ if slot.closer.is_closed() && self.waits_ended.load(Ordering::Acquire) => {
+                FileWatchEvent::Timeout
+            }
             _ if slot.closer.is_closed() => {
                 return Err(ApiError::not_found(format!(
                     "watch {:?} was closed while waiting",

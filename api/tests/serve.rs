@@ -475,6 +475,97 @@ fn workspace_reads_never_follow_links() {
 }
 
 #[test]
+fn end_of_input_answers_pending_waits_and_exits() {
+    // A long watch pending at end of input kept the server, and the Root's writer lock, for
+    // its whole timeout. Now every pending wait answers as its timeout would, and it exits.
+    use std::io::{BufRead as _, Write as _};
+    let root = new_root();
+    let ws = tempfile::tempdir().unwrap();
+    let mut child = Command::new(bin())
+        .args(["serve", "--root"])
+        .arg(root.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            let _ = tx.send(serde_json::from_str::<Value>(&line).unwrap());
+        }
+    });
+    let wait = Duration::from_secs(60);
+    let send = |stdin: &mut std::process::ChildStdin, v: Value| writeln!(stdin, "{v}").unwrap();
+    send(
+        &mut stdin,
+        json!({"id": 1, "method": "createSession",
+        "params": {"sessionId": "s", "workspace": ws.path(), "operation": "c"}}),
+    );
+    send(
+        &mut stdin,
+        json!({"id": 2, "method": "watchFilesOpen", "params": {"sessionId": "s"}}),
+    );
+    let mut answers = vec![
+        rx.recv_timeout(wait).unwrap(),
+        rx.recv_timeout(wait).unwrap(),
+    ];
+    let watch_id = answers[1]["result"]["watchId"].clone();
+    assert!(watch_id.is_string(), "{answers:?}");
+    send(
+        &mut stdin,
+        json!({"id": 3, "method": "watch",
+        "params": {"sessionId": "s", "after": 1, "timeoutMs": 300000}}),
+    );
+    send(
+        &mut stdin,
+        json!({"id": 4, "method": "watchDiagnostics",
+        "params": {"sessionId": "s", "after": 0, "timeoutMs": 300000}}),
+    );
+    send(
+        &mut stdin,
+        json!({"id": 5, "method": "watchFilesNext",
+        "params": {"watchId": watch_id, "timeoutMs": 600000}}),
+    );
+    // Let the waits start waiting before the input ends.
+    std::thread::sleep(Duration::from_millis(300));
+    drop(stdin);
+    let closed = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if closed.elapsed() > Duration::from_secs(5) {
+            let _ = child.kill();
+            panic!("the server was still running 5 s after its input ended");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success());
+    eprintln!("exited {:?} after the end of input", closed.elapsed());
+    while let Ok(a) = rx.recv_timeout(Duration::from_secs(5)) {
+        answers.push(a);
+    }
+    let by_id = |id: u64| {
+        answers
+            .iter()
+            .find(|a| a["id"] == id)
+            .unwrap_or_else(|| panic!("no answer for {id}: {answers:?}"))
+            .clone()
+    };
+    // Exactly what each answers when its timeout passes.
+    assert_eq!(
+        by_id(3)["result"],
+        json!({"events": [], "queue": [], "pendingInteractions": [], "nextAfter": 1})
+    );
+    assert_eq!(by_id(4)["result"], json!({"revision": 0}));
+    assert_eq!(by_id(5)["result"], json!({"event": "timeout"}));
+    assert_eq!(answers.len(), 5, "{answers:?}");
+}
+
+#[test]
 fn git_views_hide_the_root_inside_the_workspace() {
     // The Root often sits in the Session's workspace (the default `.logbook/` of the current
     // directory). Its files must be as hidden from git views as from file views: not

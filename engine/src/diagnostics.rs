@@ -190,6 +190,13 @@ impl DiagLog {
         }
     }
 
+    /// Wakes every `watchDiagnostics` waiting on this log, so each checks its condition
+    /// again. The state lock is taken first (see `Session::wait_for` for why).
+    pub(crate) fn wake_waiters(&self) {
+        drop(lock(&self.state));
+        self.changed.notify_all();
+    }
+
     /// Locks the state, reading the log first on the first use (again after a failed read).
     fn state(&self) -> Result<MutexGuard<'_, DiagState>, EngineError> {
         let mut st = lock(&self.state);
@@ -517,7 +524,8 @@ impl Root {
         loop {
             let rev = st.items.len() as u64;
             let now = std::time::Instant::now();
-            if rev > after || now >= deadline {
+            // Once the Root's waits are ended, answer as at the timeout.
+            if rev > after || now >= deadline || self.waits_ended() {
                 return Ok(DiagnosticsRevision { revision: rev });
             }
             st = d

@@ -458,10 +458,13 @@ impl Session {
         }))
     }
 
+    /// `ended`: the Root's waits are ended (see [`crate::Root::end_waits`]); the watch then
+    /// answers at once, as at its timeout.
     pub(crate) fn watch(
         &self,
         after: Option<u64>,
         timeout_ms: Option<u64>,
+        ended: &std::sync::atomic::AtomicBool,
     ) -> Result<WatchResult, EngineError> {
         let timeout_ms = timeout_ms.unwrap_or(0);
         if timeout_ms > WATCH_TIMEOUT_MS_MAX {
@@ -470,7 +473,7 @@ impl Session {
             )));
         }
         let after = after.unwrap_or(0);
-        self.wait_for(after, std::time::Duration::from_millis(timeout_ms));
+        self.wait_for(after, std::time::Duration::from_millis(timeout_ms), ended);
         let inner = self.read();
         let rev = inner.state.revision;
         let last = rev.min(after.saturating_add(WATCH_EVENTS_MAX));

@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -136,6 +136,8 @@ pub(crate) struct Shared {
     pub(crate) extras: crate::fork::Extras,
     stop: Mutex<bool>,
     stop_signal: Condvar,
+    /// Set once by [`Root::end_waits`]: every wait answers at once from then on.
+    pub(crate) waits_ended: AtomicBool,
 }
 
 /// An open Root. `Send + Sync`; every method takes `&self`. One writer process per Root.
@@ -459,6 +461,7 @@ impl Root {
             opened: Mutex::new(Vec::new()),
             stop: Mutex::new(false),
             stop_signal: Condvar::new(),
+            waits_ended: AtomicBool::new(false),
         });
         // Creations are serialised and finished before the next starts, so only the last
         // registered Session can lack its directory.
@@ -867,9 +870,28 @@ impl Root {
         self.session(&p.session_id)?.search(&p)
     }
 
+    /// Ends every wait, for a server whose input has ended: each `watch` and
+    /// `watchDiagnostics` in progress answers now, and each later one at once, with exactly
+    /// what it would answer at its timeout (the current state). There is no undoing it;
+    /// everything else keeps working.
+    pub fn end_waits(&self) {
+        self.shared.waits_ended.store(true, Ordering::Release);
+        // Every Session that can have a waiter is in `opened` (a waiter opens its Session
+        // first), and one opened after this copy sees the flag before it waits.
+        let sessions: Vec<Arc<Session>> = lock(&self.shared.opened).clone();
+        for s in sessions {
+            s.wake_waiters();
+        }
+    }
+
+    pub(crate) fn waits_ended(&self) -> bool {
+        self.shared.waits_ended.load(Ordering::Acquire)
+    }
+
     /// Blocks up to `timeoutMs` until an event with `sequence > after` exists.
     pub fn watch(&self, p: WatchParams) -> Result<WatchResult, EngineError> {
-        self.session(&p.session_id)?.watch(p.after, p.timeout_ms)
+        self.session(&p.session_id)?
+            .watch(p.after, p.timeout_ms, &self.shared.waits_ended)
     }
 
     /// The latest `contextPrepared` at or before the fence, or None.

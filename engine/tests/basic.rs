@@ -689,3 +689,60 @@ fn logs_of_another_version_are_refused_by_number() {
     let e = Root::open(&dir).expect_err("root log v3");
     assert_eq!(e.kind(), ErrorKind::UnsupportedFormat);
 }
+
+#[test]
+fn end_waits_answers_pending_watches_as_their_timeout_would() {
+    // A server whose input ended must not sit out a 300 s watch holding the Root.
+    let tmp = tempfile::tempdir().expect("tmp");
+    let root = std::sync::Arc::new(root_at(&tmp.path().join("r")));
+    create(&root, "s");
+    let watch = |root: &Root, timeout_ms| {
+        root.watch(WatchParams {
+            session_id: "s".into(),
+            after: Some(1),
+            timeout_ms: Some(timeout_ms),
+        })
+        .expect("watch")
+    };
+    let watch_diag = |root: &Root, timeout_ms| {
+        root.watch_diagnostics(WatchDiagnosticsParams {
+            session_id: "s".into(),
+            after: Some(0),
+            timeout_ms: Some(timeout_ms),
+        })
+        .expect("watchDiagnostics")
+    };
+    let timed_out = watch(&root, 0);
+    let diag_timed_out = watch_diag(&root, 0);
+    let (r1, r2) = (root.clone(), root.clone());
+    let (wtx, wrx) = std::sync::mpsc::channel();
+    let (dtx, drx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || wtx.send(watch(&r1, WATCH_TIMEOUT_MS_MAX)));
+    std::thread::spawn(move || dtx.send(watch_diag(&r2, WATCH_TIMEOUT_MS_MAX)));
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    root.end_waits();
+    // Seconds, not the 300 s timeout (the slack is for a loaded machine).
+    let soon = std::time::Duration::from_secs(10);
+    assert_eq!(wrx.recv_timeout(soon).expect("watch answered"), timed_out);
+    assert_eq!(
+        drx.recv_timeout(soon).expect("watchDiagnostics answered"),
+        diag_timed_out
+    );
+    // A wait that starts afterwards answers at once too.
+    let root2 = root.clone();
+    let (ltx, lrx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || ltx.send(watch(&root2, WATCH_TIMEOUT_MS_MAX)));
+    assert_eq!(
+        lrx.recv_timeout(soon).expect("a later watch answered"),
+        timed_out
+    );
+    // Everything else keeps working, and a wait whose condition holds still reports it.
+    append(
+        &root,
+        "s",
+        "after-end",
+        r#"[{"kind": "stopRequested", "invocation": "i"}]"#,
+    )
+    .expect("append after end_waits");
+    assert_eq!(watch(&root, WATCH_TIMEOUT_MS_MAX).events.len(), 1);
+}
