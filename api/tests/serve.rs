@@ -566,6 +566,39 @@ fn end_of_input_answers_pending_waits_and_exits() {
 }
 
 #[test]
+fn watch_after_beyond_the_revision_is_invalid_argument() {
+    // u64::MAX used to overflow `after + 1`: `corrupt … no kind for event 0` in release
+    // builds, a panic in debug ones.
+    let root = new_root();
+    let mut s = Server::start(root.path());
+    create(&mut s, "s", None);
+    // Sent as text: the exact number, whatever a JSON library would make of it.
+    s.send_line(r#"{"id": 1000, "method": "watch", "params": {"sessionId": "s", "after": 18446744073709551615, "timeoutMs": 0}}"#);
+    let a = s.answer(1000);
+    assert_eq!(a["error"]["code"], "invalid_argument", "{a}");
+    assert!(
+        a["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("revision 1"),
+        "{a}"
+    );
+    let a = s.request(
+        "watchDiagnostics",
+        json!({"sessionId": "s", "after": 5, "timeoutMs": 0}),
+    );
+    let a = s.answer(a);
+    assert_eq!(a["error"]["code"], "invalid_argument", "{a}");
+    // The server is unharmed, and `after` at the revision is an ordinary watch.
+    let w = s.ok(
+        "watch",
+        json!({"sessionId": "s", "after": 1, "timeoutMs": 0}),
+    );
+    assert_eq!(w["nextAfter"], 1);
+    assert!(s.finish().success());
+}
+
+#[test]
 fn git_views_hide_the_root_inside_the_workspace() {
     // The Root often sits in the Session's workspace (the default `.logbook/` of the current
     // directory). Its files must be as hidden from git views as from file views: not

@@ -521,6 +521,15 @@ impl Root {
         let after = p.after.unwrap_or(0);
         let deadline = std::time::Instant::now() + Duration::from_millis(timeout_ms);
         let mut st = d.state()?;
+        // As for `watch`: an `after` past the revision would wait for diagnostics that are
+        // already numbered otherwise, and never report the next one.
+        let revision = st.items.len() as u64;
+        if after > revision {
+            return Err(EngineError::invalid(format!(
+                "after {after} is beyond the diagnostics revision {revision}; pass a revision \
+                 from a previous answer, at most {revision} (0 for the start)"
+            )));
+        }
         loop {
             let rev = st.items.len() as u64;
             let now = std::time::Instant::now();

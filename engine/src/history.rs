@@ -473,6 +473,16 @@ impl Session {
             )));
         }
         let after = after.unwrap_or(0);
+        // An `after` past the revision names events that do not exist: waiting on it would
+        // skip the next ones (and `after + 1` overflows at u64::MAX). The revision only
+        // grows, so a check now holds for the whole wait.
+        let revision = self.read().state.revision;
+        if after > revision {
+            return Err(EngineError::invalid(format!(
+                "after {after} is beyond the Session's revision {revision}; pass the nextAfter \
+                 of a previous watch or a sequence at most {revision} (0 for the start)"
+            )));
+        }
         self.wait_for(after, std::time::Duration::from_millis(timeout_ms), ended);
         let inner = self.read();
         let rev = inner.state.revision;

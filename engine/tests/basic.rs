@@ -746,3 +746,40 @@ fn end_waits_answers_pending_watches_as_their_timeout_would() {
     .expect("append after end_waits");
     assert_eq!(watch(&root, WATCH_TIMEOUT_MS_MAX).events.len(), 1);
 }
+
+#[test]
+fn watch_after_beyond_the_revision_is_refused() {
+    // `after` = u64::MAX overflowed `after + 1` (corrupt "no kind for event 0", or a panic
+    // in debug builds); any `after` past the revision waited for events that never come
+    // under that number. Both are a caller's mistake: invalid_argument naming the revision.
+    let tmp = tempfile::tempdir().expect("tmp");
+    let root = root_at(&tmp.path().join("r"));
+    create(&root, "s");
+    let watch = |after: u64| {
+        root.watch(WatchParams {
+            session_id: "s".into(),
+            after: Some(after),
+            timeout_ms: Some(0),
+        })
+    };
+    let diag = |after: u64| {
+        root.watch_diagnostics(WatchDiagnosticsParams {
+            session_id: "s".into(),
+            after: Some(after),
+            timeout_ms: Some(0),
+        })
+    };
+    for after in [u64::MAX, u64::MAX - 1, 2] {
+        let e = watch(after).expect_err("after past the revision");
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+        assert!(e.to_string().contains("revision 1"), "{e}");
+    }
+    for after in [u64::MAX, 1] {
+        let e = diag(after).expect_err("after past the diagnostics revision");
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+        assert!(e.to_string().contains("revision 0"), "{e}");
+    }
+    // At the revision is the ordinary "wait for the next one".
+    assert_eq!(watch(1).expect("after = revision").next_after, 1);
+    assert_eq!(diag(0).expect("after = revision").revision, 0);
+}
