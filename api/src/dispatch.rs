@@ -242,7 +242,9 @@ pub fn serve_help() -> String {
         "Serve the JSON-lines protocol on standard input and output.\n\n\
          One request per line, {{\"id\": ANY, \"method\": NAME, \"params\": {{...}}}}; one answer per \
          request, {{\"id\", \"result\"}} or {{\"id\", \"error\": {{\"code\", \"message\"}}}}, in request \
-         order, except that {} answer when they are ready. readFile writes {{\"id\", \"item\"}} lines first.\n\n\
+         order, except that {} answer when they are ready. readFile writes {{\"id\", \"item\"}} lines first. \
+         At the end of input, waits still pending answer at once, as at their timeout, and the \
+         server exits.\n\n\
          Methods: {}",
         WAITING_METHODS.join(", "),
         METHODS.join(" ")

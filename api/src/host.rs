@@ -6,13 +6,13 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use base64::Engine as _;
 use logbook_engine::Root;
-use logbook_fs::{DirWatch, RelPath, WatchCloser, Workspace};
+use logbook_fs::{DirWatch, HiddenSet, RelPath, WatchCloser, Workspace};
 
 use crate::error::{ApiError, ErrorCode};
 use crate::wire::*;
@@ -47,6 +47,8 @@ pub struct Host {
     workspaces: Mutex<HashMap<String, Arc<Workspace>>>,
     watches: Mutex<HashMap<String, Arc<FileWatch>>>,
     next_watch: AtomicU64,
+    /// Set by [`Host::end_waits`]: a file watch woken by it answers `timeout`.
+    waits_ended: AtomicBool,
 }
 
 impl Host {
@@ -66,6 +68,26 @@ impl Host {
             workspaces: Mutex::new(HashMap::new()),
             watches: Mutex::new(HashMap::new()),
             next_watch: AtomicU64::new(1),
+            waits_ended: AtomicBool::new(false),
+        }
+    }
+
+    /// Ends every wait, for a server whose input has ended: each `watch`,
+    /// `watchDiagnostics` and `watchFilesNext` in progress answers now, and each later one
+    /// at once, with exactly what it answers when its timeout passes. File watches are
+    /// closed for good (the server is going away); nothing else changes.
+    pub fn end_waits(&self) {
+        self.waits_ended.store(true, Ordering::Release);
+        self.root.end_waits();
+        let watches: Vec<Arc<FileWatch>> = self
+            .watches
+            .lock()
+            .expect("watch table lock poisoned")
+            .values()
+            .cloned()
+            .collect();
+        for w in watches {
+            w.closer.close();
         }
     }
 
@@ -205,6 +227,10 @@ impl Host {
             )));
         };
         let event = match watch.next(Duration::from_millis(timeout))? {
+            // Closed by `end_waits`, not by `watchFilesClose`: answer as at the timeout.
+            _ if slot.closer.is_closed() && self.waits_ended.load(Ordering::Acquire) => {
+                FileWatchEvent::Timeout
+            }
             _ if slot.closer.is_closed() => {
                 return Err(ApiError::not_found(format!(
                     "watch {:?} was closed while waiting",
@@ -244,10 +270,18 @@ impl Host {
             .ok_or_else(|| ApiError::not_found(format!("no open watch {watch_id:?}")))
     }
 
-    /// `null` when the workspace root holds no `.git`.
+    /// What the workspace views hide in `dir` (`.git`, `.logbook` and the Root when it lies
+    /// inside the workspace), for the git views: they must hide exactly the same.
+    fn hidden_in(&self, dir: &Path) -> Result<HiddenSet, ApiError> {
+        Ok(HiddenSet::new(&hidden_paths(dir, self.root.path()))?)
+    }
+
+    /// `null` when the workspace root holds no `.git`. Paths the workspace views hide are
+    /// left out.
     pub fn git_status(&self, p: SessionParams) -> Result<Option<GitStatusResult>, ApiError> {
         let dir = self.workspace_dir(&p.session_id)?;
-        let Some(status) = logbook_git::status(&dir)? else {
+        let hidden = self.hidden_in(&dir)?;
+        let Some(status) = logbook_git::status_hiding(&dir, &|p| hidden.hides_bytes(p))? else {
             return Ok(None);
         };
         let changes = |list: Vec<logbook_git::Change>| {
@@ -280,21 +314,26 @@ impl Host {
     pub fn git_diff(&self, p: GitDiffParams) -> Result<GitDiffResult, ApiError> {
         let dir = self.workspace_dir(&p.session_id)?;
         let path = p.path.decode()?;
+        // Refused with the very error `readFile` gives for the same path.
+        let hidden = self.hidden_in(&dir)?;
+        hidden.check(&path)?;
         let area = match p.area {
             GitArea::Staged => logbook_git::Area::Staged,
             GitArea::Worktree => logbook_git::Area::Worktree,
             GitArea::Untracked => logbook_git::Area::Untracked,
         };
-        Ok(match logbook_git::diff(&dir, &path, area)? {
-            logbook_git::Diff::Text(patch) => GitDiffResult::Text { patch },
-            logbook_git::Diff::Binary => GitDiffResult::Binary,
-            logbook_git::Diff::Unchanged => GitDiffResult::Unchanged,
-            logbook_git::Diff::Unsupported { reason } => GitDiffResult::Unsupported { reason },
-            #[allow(unreachable_patterns)]
-            _ => GitDiffResult::Unsupported {
-                reason: "a diff kind this build does not know".to_owned(),
+        Ok(
+            match logbook_git::diff_hiding(&dir, &path, area, &|p| hidden.hides_bytes(p))? {
+                logbook_git::Diff::Text(patch) => GitDiffResult::Text { patch },
+                logbook_git::Diff::Binary => GitDiffResult::Binary,
+                logbook_git::Diff::Unchanged => GitDiffResult::Unchanged,
+                logbook_git::Diff::Unsupported { reason } => GitDiffResult::Unsupported { reason },
+                #[allow(unreachable_patterns)]
+                _ => GitDiffResult::Unsupported {
+                    reason: "a diff kind this build does not know".to_owned(),
+                },
             },
-        })
+        )
     }
 
     /// Captures the workspace change against HEAD and stores it immutably in the Root.
@@ -307,7 +346,11 @@ impl Host {
             return Ok(info);
         }
         let dir = self.workspace_dir(&p.session_id)?;
-        let Some(bytes) = logbook_git::snapshot_patch(&dir)? else {
+        // Without the hidden paths: a Root inside the workspace would otherwise put its own
+        // segments and earlier patches into every new patch.
+        let hidden = self.hidden_in(&dir)?;
+        let Some(bytes) = logbook_git::snapshot_patch_hiding(&dir, &|p| hidden.hides_bytes(p))?
+        else {
             return Err(ApiError::new(
                 ErrorCode::Unsupported,
                 format!("the workspace {} holds no git repository", dir.display()),

@@ -6,7 +6,8 @@
 //! and answer whenever they finish, so they never hold up what follows them.
 //! No input can stop the server: a line that is not a request gets an error
 //! answer (with `id: null` when no id can be read) and the next line is read.
-//! At the end of input the server waits for its waiting requests, then returns.
+//! At the end of input every waiting request is answered at once with what its timeout
+//! would give ([`Host::end_waits`]), and the server returns.
 
 use std::io::{self, BufRead, Write};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -82,6 +83,10 @@ pub fn serve(
         waits.retain(|h| !h.is_finished());
         handle_line(&host, &out, &line, &mut waits);
     }
+    // Nothing more can be asked, so no wait can end on a later request; holding the Root
+    // (and its writer lock) for the rest of a long timeout would only shut others out.
+    // Waits answer now with what their timeout would give, and the server returns.
+    host.end_waits();
     for handle in waits {
         let _ = handle.join();
     }

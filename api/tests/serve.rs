@@ -475,6 +475,217 @@ fn workspace_reads_never_follow_links() {
 }
 
 #[test]
+fn end_of_input_answers_pending_waits_and_exits() {
+    // A long watch pending at end of input kept the server, and the Root's writer lock, for
+    // its whole timeout. Now every pending wait answers as its timeout would, and it exits.
+    use std::io::{BufRead as _, Write as _};
+    let root = new_root();
+    let ws = tempfile::tempdir().unwrap();
+    let mut child = Command::new(bin())
+        .args(["serve", "--root"])
+        .arg(root.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            let _ = tx.send(serde_json::from_str::<Value>(&line).unwrap());
+        }
+    });
+    let wait = Duration::from_secs(60);
+    let send = |stdin: &mut std::process::ChildStdin, v: Value| writeln!(stdin, "{v}").unwrap();
+    send(
+        &mut stdin,
+        json!({"id": 1, "method": "createSession",
+        "params": {"sessionId": "s", "workspace": ws.path(), "operation": "c"}}),
+    );
+    send(
+        &mut stdin,
+        json!({"id": 2, "method": "watchFilesOpen", "params": {"sessionId": "s"}}),
+    );
+    let mut answers = vec![
+        rx.recv_timeout(wait).unwrap(),
+        rx.recv_timeout(wait).unwrap(),
+    ];
+    let watch_id = answers[1]["result"]["watchId"].clone();
+    assert!(watch_id.is_string(), "{answers:?}");
+    send(
+        &mut stdin,
+        json!({"id": 3, "method": "watch",
+        "params": {"sessionId": "s", "after": 1, "timeoutMs": 300000}}),
+    );
+    send(
+        &mut stdin,
+        json!({"id": 4, "method": "watchDiagnostics",
+        "params": {"sessionId": "s", "after": 0, "timeoutMs": 300000}}),
+    );
+    send(
+        &mut stdin,
+        json!({"id": 5, "method": "watchFilesNext",
+        "params": {"watchId": watch_id, "timeoutMs": 600000}}),
+    );
+    // Let the waits start waiting before the input ends.
+    std::thread::sleep(Duration::from_millis(300));
+    drop(stdin);
+    let closed = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if closed.elapsed() > Duration::from_secs(5) {
+            let _ = child.kill();
+            panic!("the server was still running 5 s after its input ended");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success());
+    eprintln!("exited {:?} after the end of input", closed.elapsed());
+    while let Ok(a) = rx.recv_timeout(Duration::from_secs(5)) {
+        answers.push(a);
+    }
+    let by_id = |id: u64| {
+        answers
+            .iter()
+            .find(|a| a["id"] == id)
+            .unwrap_or_else(|| panic!("no answer for {id}: {answers:?}"))
+            .clone()
+    };
+    // Exactly what each answers when its timeout passes.
+    assert_eq!(
+        by_id(3)["result"],
+        json!({"events": [], "queue": [], "pendingInteractions": [], "nextAfter": 1})
+    );
+    assert_eq!(by_id(4)["result"], json!({"revision": 0}));
+    assert_eq!(by_id(5)["result"], json!({"event": "timeout"}));
+    assert_eq!(answers.len(), 5, "{answers:?}");
+}
+
+#[test]
+fn watch_after_beyond_the_revision_is_invalid_argument() {
+    // u64::MAX used to overflow `after + 1`: `corrupt … no kind for event 0` in release
+    // builds, a panic in debug ones.
+    let root = new_root();
+    let mut s = Server::start(root.path());
+    create(&mut s, "s", None);
+    // Sent as text: the exact number, whatever a JSON library would make of it.
+    s.send_line(r#"{"id": 1000, "method": "watch", "params": {"sessionId": "s", "after": 18446744073709551615, "timeoutMs": 0}}"#);
+    let a = s.answer(1000);
+    assert_eq!(a["error"]["code"], "invalid_argument", "{a}");
+    assert!(
+        a["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("revision 1"),
+        "{a}"
+    );
+    let a = s.request(
+        "watchDiagnostics",
+        json!({"sessionId": "s", "after": 5, "timeoutMs": 0}),
+    );
+    let a = s.answer(a);
+    assert_eq!(a["error"]["code"], "invalid_argument", "{a}");
+    // The server is unharmed, and `after` at the revision is an ordinary watch.
+    let w = s.ok(
+        "watch",
+        json!({"sessionId": "s", "after": 1, "timeoutMs": 0}),
+    );
+    assert_eq!(w["nextAfter"], 1);
+    assert!(s.finish().success());
+}
+
+#[test]
+fn git_views_hide_the_root_inside_the_workspace() {
+    // The Root often sits in the Session's workspace (the default `.logbook/` of the current
+    // directory). Its files must be as hidden from git views as from file views: not
+    // listed, not diffed, and never folded into a patch (which made every patch carry the
+    // previous ones and grow).
+    let ws = tempfile::tempdir().unwrap();
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@example.invalid"])
+            .args(args)
+            .current_dir(ws.path())
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}");
+    };
+    git(&["init", "-q"]);
+    std::fs::write(ws.path().join("a.txt"), "one\ntwo\n").unwrap();
+    git(&["add", "a.txt"]);
+    git(&["commit", "-qm", "first"]);
+    std::fs::write(ws.path().join("a.txt"), "one\nthree\n").unwrap();
+    std::fs::write(ws.path().join("b.txt"), "new\n").unwrap();
+    // A `.logbook` below the top is hidden by name, as the file views hide it.
+    std::fs::create_dir_all(ws.path().join("sub/.logbook")).unwrap();
+    std::fs::write(ws.path().join("sub/.logbook/old.txt"), "x\n").unwrap();
+    // The Root under a name of its own, so that only its place hides it.
+    let root = ws.path().join("state");
+    let mut s = Server::start(&root);
+    create(&mut s, "w", Some(ws.path()));
+    s.ok(
+        "send",
+        json!({"sessionId": "w", "operation": "s1", "text": "fill the Root", "attachments": [
+            {"name": "n.txt", "mimeType": "text/plain", "dataBase64": b64(b"attached")}]}),
+    );
+
+    let st = s.ok("gitStatus", json!({"sessionId": "w"}));
+    assert_eq!(st["untracked"], json!([{"path": path("b.txt")}]), "{st}");
+    assert_eq!(
+        st["worktree"],
+        json!([{"path": path("a.txt"), "change": "modified"}])
+    );
+
+    for hidden in ["state/logbook.root", "sub/.logbook/old.txt"] {
+        let read = s.request("readFile", json!({"sessionId": "w", "path": path(hidden)}));
+        let read = s.answer(read);
+        let diff = s.request(
+            "gitDiff",
+            json!({"sessionId": "w", "path": path(hidden), "area": "untracked"}),
+        );
+        let diff = s.answer(diff);
+        assert_eq!(read["error"]["code"], "permission_denied", "{read}");
+        assert_eq!(
+            diff["error"], read["error"],
+            "gitDiff refuses {hidden} as readFile does"
+        );
+    }
+
+    let patches: Vec<Value> = (0..3)
+        .map(|i| {
+            s.ok(
+                "snapshotPatch",
+                json!({"sessionId": "w", "operation": format!("snap-{i}")}),
+            )
+        })
+        .collect();
+    for p in &patches[1..] {
+        assert_eq!(p["bytes"], patches[0]["bytes"], "{patches:?}");
+        assert_eq!(p["digest"], patches[0]["digest"], "{patches:?}");
+    }
+    let text = s.ok(
+        "readPatch",
+        json!({"sessionId": "w", "patchId": patches[0]["patchId"], "after": null, "limit": 1 << 20}),
+    )["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        text.contains("+++ b/b.txt") && text.contains("+three"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("state/") && !text.contains(".logbook"),
+        "{text}"
+    );
+}
+
+#[test]
 fn git_status_and_diff_match_the_repository() {
     let root = new_root();
     let ws = tempfile::tempdir().unwrap();
@@ -589,6 +800,34 @@ fn a_second_writer_is_busy() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+#[test]
+fn a_second_server_is_busy_after_the_lock_file_is_deleted() {
+    // Two real servers: deleting `ROOT/lock` used to let the second one take a fresh lock
+    // file and overwrite the first one's acknowledged sends.
+    let root = new_root();
+    let mut first = Server::start(root.path());
+    create(&mut first, "x", None);
+    std::fs::remove_file(root.path().join("lock")).unwrap();
+    let second = std::process::Command::new(bin())
+        .args(["serve", "--root"])
+        .arg(root.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!second.status.success(), "the second server was admitted");
+    assert!(
+        String::from_utf8_lossy(&second.stderr).contains("busy"),
+        "{}",
+        String::from_utf8_lossy(&second.stderr)
+    );
+    // The first server still owns the Root and its sends stay as acknowledged.
+    let sent = first.ok(
+        "send",
+        json!({"sessionId": "x", "operation": "s1", "text": "hello", "attachments": []}),
+    );
+    assert_eq!(sent["sequence"], 2);
 }
 
 #[test]

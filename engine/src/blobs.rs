@@ -2,7 +2,8 @@
 //!
 //! `blobs/<first 2 hex digits>/<remaining 62 hex digits>` holds the bytes whose SHA-256 is the
 //! name. A blob is written to `tmp/`, fsynced, renamed into place and its directory fsynced, so
-//! a visible blob is always whole; the same bytes are stored once. Blobs are written before the
+//! a visible blob is always whole; a newly made fan-out folder is fsynced into `blobs/` before
+//! the rename; the same bytes are stored once. Blobs are written before the
 //! event that names them, so a crash leaves at worst an unreferenced blob, never a dangling name.
 
 use crate::error::EngineError;
@@ -57,8 +58,10 @@ impl BlobStore {
         crate::state::write_file_synced(&tmp, bytes)
             .map_err(|e| EngineError::io(&tmp, "write", e))?;
         let parent = path.parent().expect("blob paths have a parent");
-        std::fs::create_dir_all(parent)
-            .map_err(|e| EngineError::io(parent, "create directory", e))?;
+        // A fan-out folder made here must be a durable entry of `blobs/` before the blob is
+        // published in it, or a crash could drop the folder, and the blob with it, after
+        // the event naming the blob was acknowledged.
+        crate::fsutil::ensure_dir_durable(parent)?;
         std::fs::rename(&tmp, &path).map_err(|e| EngineError::io(&path, "rename into place", e))?;
         crate::fsutil::sync_dir(parent)?;
         Ok(digest)

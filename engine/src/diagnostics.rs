@@ -190,6 +190,13 @@ impl DiagLog {
         }
     }
 
+    /// Wakes every `watchDiagnostics` waiting on this log, so each checks its condition
+    /// again. The state lock is taken first (see `Session::wait_for` for why).
+    pub(crate) fn wake_waiters(&self) {
+        drop(lock(&self.state));
+        self.changed.notify_all();
+    }
+
     /// Locks the state, reading the log first on the first use (again after a failed read).
     fn state(&self) -> Result<MutexGuard<'_, DiagState>, EngineError> {
         let mut st = lock(&self.state);
@@ -514,10 +521,20 @@ impl Root {
         let after = p.after.unwrap_or(0);
         let deadline = std::time::Instant::now() + Duration::from_millis(timeout_ms);
         let mut st = d.state()?;
+        // As for `watch`: an `after` past the revision would wait for diagnostics that are
+        // already numbered otherwise, and never report the next one.
+        let revision = st.items.len() as u64;
+        if after > revision {
+            return Err(EngineError::invalid(format!(
+                "after {after} is beyond the diagnostics revision {revision}; pass a revision \
+                 from a previous answer, at most {revision} (0 for the start)"
+            )));
+        }
         loop {
             let rev = st.items.len() as u64;
             let now = std::time::Instant::now();
-            if rev > after || now >= deadline {
+            // Once the Root's waits are ended, answer as at the timeout.
+            if rev > after || now >= deadline || self.waits_ended() {
                 return Ok(DiagnosticsRevision { revision: rev });
             }
             st = d

@@ -1,7 +1,9 @@
-//! Small file helpers: atomic replace, directory sync.
+//! Small file helpers: atomic replace, directory sync, durable directory creation.
 
 use crate::error::EngineError;
-use std::path::Path;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
 
 /// Replaces `path` with `bytes` atomically: temp file in the same directory, fsync, rename,
 /// fsync of the directory. A crash leaves either the old or the new file (and maybe a `.tmp`).
@@ -45,5 +47,125 @@ pub(crate) fn pause_point(root: &Path, name: &str) {
     }
     while flag.exists() {
         std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+}
+
+/// What [`ensure_dir_durable`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct DirDurable {
+    /// The directory (and maybe some of its parents) was made by this call.
+    pub(crate) created: bool,
+    /// Directories fsynced by this call (each parent of a directory made or first seen).
+    pub(crate) synced: u32,
+}
+
+/// Directories this process knows to be durable entries of their parents.
+fn known_durable() -> &'static Mutex<HashSet<PathBuf>> {
+    static KNOWN: OnceLock<Mutex<HashSet<PathBuf>>> = OnceLock::new();
+    KNOWN.get_or_init(Mutex::default)
+}
+
+/// Makes `dir` exist as a durable name before a file is published inside it: each missing
+/// directory on the way is created and its parent fsynced, so a file renamed into `dir`
+/// (and fsynced there) cannot lose its path to a crash that drops a fresh directory entry.
+/// Without this, "never a dangling name" (blobs and patches are written before the record
+/// that names them) would rest on the file system's journal ordering.
+///
+/// A directory that already exists but was not seen by this process has its parent fsynced
+/// once as well: it may have been created by a process that crashed before syncing. After
+/// that, calls cost one lookup in memory. Everything runs under one process-wide lock, so a
+/// caller never sees a directory as done while another is still syncing its parent.
+pub(crate) fn ensure_dir_durable(dir: &Path) -> Result<DirDurable, EngineError> {
+    let mut known = known_durable()
+        .lock()
+        .unwrap_or_else(|poison| poison.into_inner());
+    let mut done = DirDurable::default();
+    ensure_locked(dir, &mut known, &mut done)?;
+    Ok(done)
+}
+
+fn ensure_locked(
+    dir: &Path,
+    known: &mut HashSet<PathBuf>,
+    done: &mut DirDurable,
+) -> Result<(), EngineError> {
+    if known.contains(dir) {
+        return Ok(());
+    }
+    let parent = dir.parent().filter(|p| !p.as_os_str().is_empty());
+    let created = match std::fs::create_dir(dir) {
+        Ok(()) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => false,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && parent.is_some() => {
+            let parent = parent.expect("checked just above");
+            ensure_locked(parent, known, done)?;
+            match std::fs::create_dir(dir) {
+                Ok(()) => true,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => false,
+                Err(e) => return Err(EngineError::io(dir, "create directory", e)),
+            }
+        }
+        Err(e) => return Err(EngineError::io(dir, "create directory", e)),
+    };
+    sync_dir(parent.unwrap_or(Path::new(".")))?;
+    done.created |= created;
+    done.synced += 1;
+    known.insert(dir.to_owned());
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ensure_dir_durable_creates_syncs_once_and_then_only_looks_up() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let top = tmp.path().join("patches");
+        let fan = top.join("ab");
+        // Both missing: `patches` is made (the Root dir synced), then `ab` (`patches` synced).
+        let first = ensure_dir_durable(&fan).expect("first");
+        assert_eq!(
+            first,
+            DirDurable {
+                created: true,
+                synced: 2
+            }
+        );
+        assert!(fan.is_dir());
+        // Known now: nothing is created or synced again.
+        assert_eq!(
+            ensure_dir_durable(&fan).expect("again"),
+            DirDurable::default()
+        );
+        // A sibling under the known top: made, and only its parent synced.
+        assert_eq!(
+            ensure_dir_durable(&top.join("cd")).expect("sibling"),
+            DirDurable {
+                created: true,
+                synced: 1
+            }
+        );
+        // A directory that exists but this process never saw (made by a process that may
+        // have crashed before its sync): its parent is synced once, nothing is created.
+        let other = tmp.path().join("blobs").join("ef");
+        std::fs::create_dir_all(&other).expect("mkdir -p");
+        let seen = ensure_dir_durable(&other).expect("existing");
+        assert_eq!(
+            seen,
+            DirDurable {
+                created: false,
+                synced: 1
+            }
+        );
+        assert_eq!(
+            ensure_dir_durable(&other).expect("existing again"),
+            DirDurable::default()
+        );
+        // A file in the way is an error that names the path, not a silent success.
+        let file = tmp.path().join("file");
+        std::fs::write(&file, b"x").expect("write");
+        let e = ensure_dir_durable(&file.join("x")).expect_err("under a file");
+        assert!(e.to_string().contains("file"), "{e}");
     }
 }

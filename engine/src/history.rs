@@ -458,10 +458,13 @@ impl Session {
         }))
     }
 
+    /// `ended`: the Root's waits are ended (see [`crate::Root::end_waits`]); the watch then
+    /// answers at once, as at its timeout.
     pub(crate) fn watch(
         &self,
         after: Option<u64>,
         timeout_ms: Option<u64>,
+        ended: &std::sync::atomic::AtomicBool,
     ) -> Result<WatchResult, EngineError> {
         let timeout_ms = timeout_ms.unwrap_or(0);
         if timeout_ms > WATCH_TIMEOUT_MS_MAX {
@@ -470,7 +473,17 @@ impl Session {
             )));
         }
         let after = after.unwrap_or(0);
-        self.wait_for(after, std::time::Duration::from_millis(timeout_ms));
+        // An `after` past the revision names events that do not exist: waiting on it would
+        // skip the next ones (and `after + 1` overflows at u64::MAX). The revision only
+        // grows, so a check now holds for the whole wait.
+        let revision = self.read().state.revision;
+        if after > revision {
+            return Err(EngineError::invalid(format!(
+                "after {after} is beyond the Session's revision {revision}; pass the nextAfter \
+                 of a previous watch or a sequence at most {revision} (0 for the start)"
+            )));
+        }
+        self.wait_for(after, std::time::Duration::from_millis(timeout_ms), ended);
         let inner = self.read();
         let rev = inner.state.revision;
         let last = rev.min(after.saturating_add(WATCH_EVENTS_MAX));

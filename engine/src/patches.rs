@@ -8,7 +8,8 @@
 //! Files: `patches/<first 2 hex>/<remaining 62 hex>` of the SHA-256 of the patch bytes, each a
 //! 16-byte header ([`PATCH_MAGIC`], [`PATCH_FORMAT_VERSION`] u32 LE, 4 reserved zero bytes)
 //! followed by the bytes. A file is written to `tmp/`, fsynced, renamed into place and its
-//! directory fsynced before the receipt is appended, so a receipt never names a missing or
+//! directory fsynced (a newly made `patches/` or fan-out folder fsynced into its parent
+//! before the rename) before the receipt is appended, so a receipt never names a missing or
 //! partial file; a crash in between leaves at worst an unreferenced file. Patch files are never
 //! removed. The patch id is `patch-<64 hex>`: a content address, so every Session of the Root
 //! that captured the same bytes shares one file.
@@ -347,12 +348,12 @@ fn write_patch_file(
     crate::state::write_file_synced(&tmp, &content)
         .map_err(|e| EngineError::io(&tmp, "write", e))?;
     let parent = path.parent().expect("patch paths have a parent");
-    std::fs::create_dir_all(parent).map_err(|e| EngineError::io(parent, "create directory", e))?;
+    // `patches/` and its fan-out folder are made on demand; each one made is fsynced into
+    // its parent before the file is published, so the receipt appended next never names a
+    // file whose folder a crash could drop.
+    crate::fsutil::ensure_dir_durable(parent)?;
     std::fs::rename(&tmp, path).map_err(|e| EngineError::io(path, "rename into place", e))?;
     crate::fsutil::sync_dir(parent)?;
-    if let Some(top) = parent.parent() {
-        crate::fsutil::sync_dir(top)?;
-    }
     Ok(())
 }
 

@@ -16,8 +16,9 @@ use logbook_log::{Durability, Log, Record};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -135,7 +136,8 @@ pub(crate) struct Shared {
     pub(crate) options: RootOptions,
     /// Shared by the logs of every Session of the Root.
     block_cache: Arc<logbook_log::BlockCache>,
-    _lock: File,
+    /// The writer lock (see `take_lock`); released when the last reference goes.
+    _lock: WriterLock,
     pub(crate) root_log: Log,
     pub(crate) registry: Mutex<Registry>,
     opened: Mutex<Vec<Arc<Session>>>,
@@ -149,6 +151,8 @@ pub(crate) struct Shared {
     pub(crate) reservation_ended: Condvar,
     /// Torn tails cut by the opens of this process (see [`Root::recoveries`]).
     cuts: Mutex<Vec<CutNote>>,
+    /// Set once by [`Root::end_waits`]: every wait answers at once from then on.
+    pub(crate) waits_ended: AtomicBool,
 }
 
 /// An open Root. `Send + Sync`; every method takes `&self`. One writer process per Root.
@@ -249,23 +253,57 @@ fn check_header(dir: &Path) -> Result<(), EngineError> {
     Ok(())
 }
 
-fn take_lock(dir: &Path) -> Result<File, EngineError> {
+/// Takes the writer lock: an exclusive `flock` on the Root directory itself.
+///
+/// The lock is on the directory, not on a file inside it, because a file can be deleted or
+/// replaced under a holder (`rm ROOT/lock`): the next opener would then create a fresh file,
+/// lock it without contention and become a second writer. The directory cannot be swapped
+/// out from under an open descriptor without moving the whole Root, which moves its data too.
+fn take_lock(dir: &Path) -> Result<WriterLock, EngineError> {
+    use rustix::fs::{Mode, OFlags};
+    // CLOEXEC so that no spawned child (git, an editor) inherits and keeps the lock alive
+    // after this process ends; rustix does not add it on its own.
+    let fd = rustix::fs::open(
+        dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| EngineError::io(dir, "open for the writer lock", std::io::Error::from(e)))?;
+    flock_waiting(&fd, dir)?;
+    // Builds before the directory lock locked `ROOT/lock`: hold that too while it exists, so
+    // an older build opening the same Root meanwhile is kept out as well.
     let path = dir.join(LOCK_FILE);
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(|e| EngineError::io(&path, "open", e))?;
+    let legacy = match rustix::fs::open(&path, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty()) {
+        Ok(f) => Some(f),
+        Err(rustix::io::Errno::NOENT) => None,
+        Err(e) => return Err(EngineError::io(&path, "open", std::io::Error::from(e))),
+    };
+    if let Some(f) = &legacy {
+        flock_waiting(f, dir)?;
+    }
+    Ok(WriterLock {
+        _dir: fd,
+        _legacy: legacy,
+    })
+}
+
+/// The writer lock's descriptors: the Root directory's, and `ROOT/lock`'s when it exists.
+struct WriterLock {
+    _dir: OwnedFd,
+    _legacy: Option<OwnedFd>,
+}
+
+/// Takes an exclusive flock on `fd`, waiting up to [`LOCK_WAIT_MAX`]; `Busy` after that.
+fn flock_waiting(fd: &OwnedFd, dir: &Path) -> Result<(), EngineError> {
+    use rustix::fs::FlockOperation;
     // A lock can outlive its Root by a moment: a child process that this process spawns
     // shares every open file description until its exec closes them, so a Root dropped and
     // opened again while another thread spawns can find its own old lock still held. Such a
     // lock goes within milliseconds; another writer's lock does not.
     let deadline = std::time::Instant::now() + LOCK_WAIT_MAX;
     loop {
-        match rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
-            Ok(()) => return Ok(f),
+        match rustix::fs::flock(fd, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => return Ok(()),
             Err(rustix::io::Errno::WOULDBLOCK) if std::time::Instant::now() < deadline => {
                 std::thread::sleep(std::time::Duration::from_millis(5));
             }
@@ -274,7 +312,13 @@ fn take_lock(dir: &Path) -> Result<File, EngineError> {
                     path: dir.to_owned(),
                 })
             }
-            Err(e) => return Err(EngineError::io(&path, "lock", std::io::Error::from(e))),
+            Err(e) => {
+                return Err(EngineError::io(
+                    dir,
+                    "lock (flock)",
+                    std::io::Error::from(e),
+                ))
+            }
         }
     }
 }
@@ -371,6 +415,8 @@ impl Root {
             &dir.join(ROOT_LOG_DIR),
             log_config(Durability::Sync),
         )?);
+        // Builds before the directory lock flocked this file; it is still made so a Root
+        // looks the same to them, but the lock that counts is on the directory (`take_lock`).
         let lock_path = dir.join(LOCK_FILE);
         File::create(&lock_path).map_err(|e| EngineError::io(&lock_path, "create", e))?;
         // The header goes last: its presence marks a complete Root.
@@ -463,6 +509,7 @@ impl Root {
             stop_signal: Condvar::new(),
             reservation_ended: Condvar::new(),
             cuts: Mutex::new(cuts),
+            waits_ended: AtomicBool::new(false),
         });
         // Creations are serialised and finished before the next starts, so only the last
         // registered Session can lack its directory.
@@ -908,9 +955,28 @@ impl Root {
         self.session(&p.session_id)?.search(&p)
     }
 
+    /// Ends every wait, for a server whose input has ended: each `watch` and
+    /// `watchDiagnostics` in progress answers now, and each later one at once, with exactly
+    /// what it would answer at its timeout (the current state). There is no undoing it;
+    /// everything else keeps working.
+    pub fn end_waits(&self) {
+        self.shared.waits_ended.store(true, Ordering::Release);
+        // Every Session that can have a waiter is in `opened` (a waiter opens its Session
+        // first), and one opened after this copy sees the flag before it waits.
+        let sessions: Vec<Arc<Session>> = lock(&self.shared.opened).clone();
+        for s in sessions {
+            s.wake_waiters();
+        }
+    }
+
+    pub(crate) fn waits_ended(&self) -> bool {
+        self.shared.waits_ended.load(Ordering::Acquire)
+    }
+
     /// Blocks up to `timeoutMs` until an event with `sequence > after` exists.
     pub fn watch(&self, p: WatchParams) -> Result<WatchResult, EngineError> {
-        self.session(&p.session_id)?.watch(p.after, p.timeout_ms)
+        self.session(&p.session_id)?
+            .watch(p.after, p.timeout_ms, &self.shared.waits_ended)
     }
 
     /// The latest `contextPrepared` at or before the fence, or None.

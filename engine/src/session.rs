@@ -1052,11 +1052,19 @@ impl Session {
         Ok(outcome)
     }
 
-    /// Blocks until the revision exceeds `after` or `timeout` passes; returns the revision.
-    pub(crate) fn wait_for(&self, after: u64, timeout: std::time::Duration) -> u64 {
+    /// Blocks until the revision exceeds `after`, `timeout` passes or `ended` is set (see
+    /// [`crate::Root::end_waits`]); returns the revision.
+    pub(crate) fn wait_for(
+        &self,
+        after: u64,
+        timeout: std::time::Duration,
+        ended: &AtomicBool,
+    ) -> u64 {
         let deadline = std::time::Instant::now() + timeout;
         let mut rev = self.revision.lock().unwrap_or_else(|p| p.into_inner());
-        while *rev <= after {
+        // `ended` is read under the revision lock, and `wake_waiters` takes that lock after
+        // it is set, so a waiter either sees it here or is already waiting when notified.
+        while *rev <= after && !ended.load(Ordering::Acquire) {
             let now = std::time::Instant::now();
             if now >= deadline {
                 break;
@@ -1068,6 +1076,14 @@ impl Session {
                 .0;
         }
         *rev
+    }
+
+    /// Wakes every `watch` and `watchDiagnostics` waiting on this Session, so each checks
+    /// its condition again (used once the Root's waits are ended).
+    pub(crate) fn wake_waiters(&self) {
+        drop(self.revision.lock().unwrap_or_else(|p| p.into_inner()));
+        self.appended.notify_all();
+        self.diags.wake_waiters();
     }
 
     /// Replays the whole log and checks every derived entry (sequence, row and receipt

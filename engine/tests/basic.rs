@@ -61,6 +61,27 @@ fn busy_from_child_process() {
 }
 
 #[test]
+fn deleting_the_lock_file_does_not_admit_a_second_writer() {
+    // The writer lock must hold on something a stray `rm ROOT/lock` cannot replace: with a
+    // lock on that file, the second open made a fresh file, locked it and became a second
+    // writer over the same Sessions.
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("r");
+    let root = root_at(&dir);
+    create(&root, "x");
+    std::fs::remove_file(dir.join("lock")).expect("rm lock");
+    let busy = Root::open(&dir).expect_err("second writer after rm lock");
+    assert_eq!(busy.kind(), ErrorKind::Busy, "{busy}");
+    drop(root);
+    let again = Root::open(&dir).expect("open after the writer closed, lock file or not");
+    assert_eq!(
+        Root::open(&dir).expect_err("still one writer").kind(),
+        ErrorKind::Busy
+    );
+    drop(again);
+}
+
+#[test]
 fn unsupported_root_version_is_named() {
     let tmp = tempfile::tempdir().expect("tmp");
     let dir = tmp.path().join("r");
@@ -667,4 +688,98 @@ fn logs_of_another_version_are_refused_by_number() {
     std::fs::write(&rl, &b).expect("write");
     let e = Root::open(&dir).expect_err("root log v3");
     assert_eq!(e.kind(), ErrorKind::UnsupportedFormat);
+}
+
+#[test]
+fn end_waits_answers_pending_watches_as_their_timeout_would() {
+    // A server whose input ended must not sit out a 300 s watch holding the Root.
+    let tmp = tempfile::tempdir().expect("tmp");
+    let root = std::sync::Arc::new(root_at(&tmp.path().join("r")));
+    create(&root, "s");
+    let watch = |root: &Root, timeout_ms| {
+        root.watch(WatchParams {
+            session_id: "s".into(),
+            after: Some(1),
+            timeout_ms: Some(timeout_ms),
+        })
+        .expect("watch")
+    };
+    let watch_diag = |root: &Root, timeout_ms| {
+        root.watch_diagnostics(WatchDiagnosticsParams {
+            session_id: "s".into(),
+            after: Some(0),
+            timeout_ms: Some(timeout_ms),
+        })
+        .expect("watchDiagnostics")
+    };
+    let timed_out = watch(&root, 0);
+    let diag_timed_out = watch_diag(&root, 0);
+    let (r1, r2) = (root.clone(), root.clone());
+    let (wtx, wrx) = std::sync::mpsc::channel();
+    let (dtx, drx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || wtx.send(watch(&r1, WATCH_TIMEOUT_MS_MAX)));
+    std::thread::spawn(move || dtx.send(watch_diag(&r2, WATCH_TIMEOUT_MS_MAX)));
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    root.end_waits();
+    // Seconds, not the 300 s timeout (the slack is for a loaded machine).
+    let soon = std::time::Duration::from_secs(10);
+    assert_eq!(wrx.recv_timeout(soon).expect("watch answered"), timed_out);
+    assert_eq!(
+        drx.recv_timeout(soon).expect("watchDiagnostics answered"),
+        diag_timed_out
+    );
+    // A wait that starts afterwards answers at once too.
+    let root2 = root.clone();
+    let (ltx, lrx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || ltx.send(watch(&root2, WATCH_TIMEOUT_MS_MAX)));
+    assert_eq!(
+        lrx.recv_timeout(soon).expect("a later watch answered"),
+        timed_out
+    );
+    // Everything else keeps working, and a wait whose condition holds still reports it.
+    append(
+        &root,
+        "s",
+        "after-end",
+        r#"[{"kind": "stopRequested", "invocation": "i"}]"#,
+    )
+    .expect("append after end_waits");
+    assert_eq!(watch(&root, WATCH_TIMEOUT_MS_MAX).events.len(), 1);
+}
+
+#[test]
+fn watch_after_beyond_the_revision_is_refused() {
+    // `after` = u64::MAX overflowed `after + 1` (corrupt "no kind for event 0", or a panic
+    // in debug builds); any `after` past the revision waited for events that never come
+    // under that number. Both are a caller's mistake: invalid_argument naming the revision.
+    let tmp = tempfile::tempdir().expect("tmp");
+    let root = root_at(&tmp.path().join("r"));
+    create(&root, "s");
+    let watch = |after: u64| {
+        root.watch(WatchParams {
+            session_id: "s".into(),
+            after: Some(after),
+            timeout_ms: Some(0),
+        })
+    };
+    let diag = |after: u64| {
+        root.watch_diagnostics(WatchDiagnosticsParams {
+            session_id: "s".into(),
+            after: Some(after),
+            timeout_ms: Some(0),
+        })
+    };
+    for after in [u64::MAX, u64::MAX - 1, 2] {
+        let e = watch(after).expect_err("after past the revision");
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+        assert!(e.to_string().contains("revision 1"), "{e}");
+    }
+    for after in [u64::MAX, 1] {
+        let e = diag(after).expect_err("after past the diagnostics revision");
+        assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+        assert!(e.to_string().contains("revision 0"), "{e}");
+    }
+    // At the revision is the ordinary "wait for the next one".
+    assert_eq!(watch(1).expect("after = revision").next_after, 1);
+    assert_eq!(diag(0).expect("after = revision").revision, 0);
 }

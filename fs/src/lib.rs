@@ -56,7 +56,7 @@ pub use list::{
     Entry, EntryKind, ListPage, DIR_ENTRIES_MAX, LIST_CACHE_RACY_SECS, PAGE_BYTES_SOFT_MAX,
     PAGE_ENTRIES_MAX,
 };
-pub use path::{RelPath, ALWAYS_HIDDEN_NAMES, NAME_BYTES_MAX, PATH_BYTES_MAX};
+pub use path::{HiddenSet, RelPath, ALWAYS_HIDDEN_NAMES, NAME_BYTES_MAX, PATH_BYTES_MAX};
 pub use read::{
     file_version, Content, ReadOutcome, ReadPipeline, CHUNK_BYTES_MAX, READ_ATTEMPTS_MAX,
     READ_FILE_BYTES_MAX, READ_PIPELINE_BYTES_MIN,
@@ -98,7 +98,7 @@ impl Default for WorkspaceOptions {
 pub struct Workspace {
     root: OwnedFd,
     root_path: PathBuf,
-    hidden: path::HiddenSet,
+    hidden: HiddenSet,
     options: WorkspaceOptions,
 }
 
@@ -122,7 +122,7 @@ impl Workspace {
         if !root.is_absolute() {
             return Err(refuse("the root must be an absolute path".into()));
         }
-        let hidden = path::HiddenSet::new(hidden)?;
+        let hidden = HiddenSet::new(hidden)?;
         let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let fd = rfs::open(root, flags, Mode::empty()).map_err(|e| match e {
             Errno::NOTDIR | Errno::LOOP => {

@@ -93,13 +93,18 @@ pub(crate) fn is_always_hidden_name(name: &[u8]) -> bool {
 }
 
 /// The caller's hidden paths plus the names hidden at every depth.
+///
+/// Public so that the other views of a workspace (git status, diffs and patches in
+/// `logbook-api`) hide exactly what [`crate::Workspace`] hides, decided by this one rule.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct HiddenSet {
+pub struct HiddenSet {
     paths: Vec<RelPath>,
 }
 
 impl HiddenSet {
-    pub(crate) fn new(hidden: &[Vec<u8>]) -> Result<HiddenSet, FsError> {
+    /// `hidden` are relative paths hidden with everything below them, on top of
+    /// [`ALWAYS_HIDDEN_NAMES`]; a path that breaks the [`RelPath`] rules is refused.
+    pub fn new(hidden: &[Vec<u8>]) -> Result<HiddenSet, FsError> {
         let paths = hidden
             .iter()
             .map(|h| RelPath::parse(h))
@@ -108,7 +113,7 @@ impl HiddenSet {
     }
 
     /// True when `path` is hidden or lies inside a hidden path.
-    pub(crate) fn hides(&self, path: &RelPath) -> bool {
+    pub fn hides(&self, path: &RelPath) -> bool {
         if path.components().any(is_always_hidden_name) {
             return true;
         }
@@ -117,6 +122,24 @@ impl HiddenSet {
             let h = h.as_bytes();
             p.starts_with(h) && (p.len() == h.len() || p[h.len()] == b'/')
         })
+    }
+
+    /// [`HiddenSet::hides`] for relative path bytes as git writes them: a trailing `/` (an
+    /// untracked folder) is ignored. Bytes that are not a [`RelPath`] are judged by their
+    /// components all the same, so a malformed name can never slip past the rule.
+    pub fn hides_bytes(&self, path: &[u8]) -> bool {
+        let trimmed = path.strip_suffix(b"/").unwrap_or(path);
+        self.hides(&RelPath(trimmed.to_vec()))
+    }
+
+    /// `Err(FsError::Hidden)` for a hidden path: the refusal a workspace read gives.
+    pub fn check(&self, path: &[u8]) -> Result<(), FsError> {
+        if self.hides_bytes(path) {
+            return Err(FsError::Hidden {
+                path: path.to_vec(),
+            });
+        }
+        Ok(())
     }
 
     /// True when the child `name` of directory `dir` is hidden (`dir` itself is not).
@@ -236,5 +259,12 @@ mod tests {
         assert!(h.hides_child(&p(b"b"), b".logbook"));
         assert!(!h.hides(&RelPath::root()));
         assert!(HiddenSet::new(&[b"../x".to_vec()]).is_err());
+        // The byte form used for git paths: folders with a trailing `/`.
+        assert!(h.hides_bytes(b"priv/"));
+        assert!(h.hides_bytes(b"x/.logbook/"));
+        assert!(h.hides_bytes(b".logbook/sessions/s/log/x.active"));
+        assert!(!h.hides_bytes(b"privat/"));
+        assert!(h.check(b"priv/a").is_err());
+        assert!(h.check(b"src/a").is_ok());
     }
 }

@@ -28,6 +28,8 @@ pub enum GitError {
     Unsupported { workspace: PathBuf, reason: String },
     /// The caller passed something unusable (a path with `..`, a NUL, an empty component...).
     InvalidArgument { reason: String },
+    /// The path is hidden from workspace views by the caller's rule (see [`crate::Hidden`]).
+    Hidden { path: Vec<u8> },
     /// `diff` was asked about a workspace that holds no repository.
     NoRepository { workspace: PathBuf },
     /// A file of the workspace could not be read.
@@ -51,6 +53,7 @@ impl GitError {
         match self {
             GitError::Unsupported { .. } => ErrorKind::Unsupported,
             GitError::InvalidArgument { .. } => ErrorKind::InvalidArgument,
+            GitError::Hidden { .. } => ErrorKind::PermissionDenied,
             GitError::NoRepository { .. } => ErrorKind::NotFound,
             GitError::Io { source, .. } => io_kind(source),
             GitError::Repository { kind, .. } => *kind,
@@ -121,6 +124,11 @@ impl fmt::Display for GitError {
                 write!(f, "unsupported repository at {}: {reason}", workspace.display())
             }
             GitError::InvalidArgument { reason } => write!(f, "invalid argument: {reason}"),
+            GitError::Hidden { path } => write!(
+                f,
+                "\"{}\" is hidden from workspace reads (.git, .logbook or a private path); ask about a path outside them",
+                String::from_utf8_lossy(path)
+            ),
             GitError::NoRepository { workspace } => write!(
                 f,
                 "no repository: {} has no .git directly inside it (parent folders are not searched)",

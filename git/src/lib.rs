@@ -98,19 +98,53 @@ pub enum Diff {
     Unsupported { reason: String },
 }
 
+/// Paths the caller hides from every view of this crate: a hidden path is left out of
+/// [`status_hiding`] and [`snapshot_patch_hiding`], and [`diff_hiding`] refuses it with
+/// [`GitError::Hidden`]. Called with a path relative to the workspace, as git writes it
+/// (an untracked nested repository ends in `/`). `logbook-api` passes the workspace's own
+/// rule (`.git`, `.logbook` and a Root inside the workspace), so the git views hide exactly
+/// what the file views hide.
+pub type Hidden<'a> = &'a dyn Fn(&[u8]) -> bool;
+
+/// Hides nothing.
+fn nothing_hidden(_: &[u8]) -> bool {
+    false
+}
+
 /// Status of the repository whose root is `workspace`; None when `workspace/.git` does
 /// not exist.
 pub fn status(workspace: &Path) -> Result<Option<Status>, GitError> {
+    status_hiding(workspace, &nothing_hidden)
+}
+
+/// [`status`] without the paths `hidden` hides (changes and untracked files under them).
+pub fn status_hiding(workspace: &Path, hidden: Hidden<'_>) -> Result<Option<Status>, GitError> {
     let Some(repo) = repo::open(workspace)? else {
         return Ok(None);
     };
-    status::status_of(&repo).map(Some)
+    status::status_of(&repo, hidden).map(Some)
 }
 
 /// The diff of one path in one area. Fails with `NotFound` when there is no repository
 /// and `InvalidArgument` for a path that is not a plain relative path.
 pub fn diff(workspace: &Path, path: &[u8], area: Area) -> Result<Diff, GitError> {
+    diff_hiding(workspace, path, area, &nothing_hidden)
+}
+
+/// [`diff`], refusing a path that `hidden` hides with [`GitError::Hidden`]
+/// (`PermissionDenied`), as a workspace read refuses it.
+pub fn diff_hiding(
+    workspace: &Path,
+    path: &[u8],
+    area: Area,
+    hidden: Hidden<'_>,
+) -> Result<Diff, GitError> {
     worktree::check_rel(path)?;
+    if hidden(path) {
+        return Err(GitError::Hidden {
+            path: path.to_vec(),
+        });
+    }
     let Some(repo) = repo::open(workspace)? else {
         return Err(GitError::NoRepository {
             workspace: workspace.to_path_buf(),
@@ -125,8 +159,17 @@ pub fn diff(workspace: &Path, path: &[u8], area: Area) -> Result<Diff, GitError>
 /// reproduces the workspace. The patch is always valid UTF-8 (names are C-quoted as git
 /// quotes them). None when no repository.
 pub fn snapshot_patch(workspace: &Path) -> Result<Option<Vec<u8>>, GitError> {
+    snapshot_patch_hiding(workspace, &nothing_hidden)
+}
+
+/// [`snapshot_patch`] without the paths `hidden` hides: they are neither added, changed
+/// nor deleted by the patch, so applying it reproduces everything else of the workspace.
+pub fn snapshot_patch_hiding(
+    workspace: &Path,
+    hidden: Hidden<'_>,
+) -> Result<Option<Vec<u8>>, GitError> {
     let Some(repo) = repo::open(workspace)? else {
         return Ok(None);
     };
-    patch::snapshot_of(&repo).map(Some)
+    patch::snapshot_of(&repo, hidden).map(Some)
 }

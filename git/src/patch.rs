@@ -8,7 +8,7 @@ use gix::index::entry::{Flags, Mode};
 use crate::content::{BinaryCheck, Reader, Side, Worktree};
 use crate::repo::{quote_lossy, Repo};
 use crate::status::{same_type, status_of};
-use crate::{binary, render, GitError};
+use crate::{binary, render, GitError, Hidden};
 
 /// One path's two sides, read completely before any text is produced.
 struct Pair {
@@ -17,8 +17,11 @@ struct Pair {
     new: Option<Side>,
 }
 
-pub(crate) fn snapshot_of(repo: &Repo) -> Result<Vec<u8>, GitError> {
-    let status = status_of(repo)?;
+pub(crate) fn snapshot_of(repo: &Repo, hidden: Hidden<'_>) -> Result<Vec<u8>, GitError> {
+    // The status already leaves hidden paths out, so the patch never carries them (a Root
+    // inside the workspace would otherwise put its own segments and earlier patches into
+    // every new patch).
+    let status = status_of(repo, hidden)?;
     let mut paths: BTreeSet<Vec<u8>> = BTreeSet::new();
     paths.extend(status.staged.into_iter().map(|c| c.path));
     paths.extend(status.worktree.into_iter().map(|c| c.path));

@@ -8,7 +8,7 @@ use gix::status::index_worktree::Item as WtItem;
 use gix::status::plumbing::index_as_worktree::{Change as WtChange, EntryStatus};
 
 use crate::repo::{quote_lossy, Repo};
-use crate::{Change, ChangeKind, GitError, Status};
+use crate::{Change, ChangeKind, GitError, Hidden, Status};
 
 /// Kind of an entry as git compares types: regular files (with or without the executable
 /// bit), symlinks and gitlinks are different types.
@@ -25,7 +25,8 @@ pub(crate) fn same_type(a: Mode, b: Mode) -> bool {
     class(a) == class(b)
 }
 
-pub(crate) fn status_of(repo: &Repo) -> Result<Status, GitError> {
+/// The status, leaving out every path `hidden` hides (see [`crate::Hidden`]).
+pub(crate) fn status_of(repo: &Repo, hidden: Hidden<'_>) -> Result<Status, GitError> {
     let head = repo
         .repo
         .head()
@@ -107,6 +108,11 @@ pub(crate) fn status_of(repo: &Repo) -> Result<Status, GitError> {
             }
         }
     }
+    // Filtered after the walk rather than pruned from it: the rule is the caller's, and a
+    // hidden path must be left out whether it is tracked, staged or untracked.
+    status.staged.retain(|c| !hidden(&c.path));
+    status.worktree.retain(|c| !hidden(&c.path));
+    status.untracked.retain(|p| !hidden(p));
     status.staged.sort_by(|a, b| a.path.cmp(&b.path));
     status.worktree.sort_by(|a, b| a.path.cmp(&b.path));
     status.untracked.sort();

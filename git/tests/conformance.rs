@@ -380,3 +380,63 @@ fn check_all_modes_relaxed(ws: &std::path::Path) -> Groups {
     assert!(!text.contains("100755"), "{text}");
     reference
 }
+
+#[test]
+fn hidden_paths_are_left_out_of_status_diff_and_patch() {
+    // A Root inside the workspace (`.logbook/` here, plus a tracked file under a hidden
+    // folder) must not show up anywhere: the caller's rule decides, as for file reads.
+    let r = new_repo();
+    r.write(b"a.txt", b"one\n");
+    r.write(b"priv/tracked.txt", b"old\n");
+    r.commit("base");
+    r.write(b"a.txt", b"two\n");
+    r.write(b"priv/tracked.txt", b"new\n");
+    r.write(b".logbook/sessions/s/log/1.active", b"segment bytes\n");
+    r.write(b"new.txt", b"added\n");
+    let hidden = |p: &[u8]| p.starts_with(b".logbook/") || p.starts_with(b"priv/");
+    let st = logbook_git::status_hiding(&r.path, &hidden)
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        st.worktree,
+        vec![logbook_git::Change {
+            path: b"a.txt".to_vec(),
+            change: ChangeKind::Modified
+        }]
+    );
+    assert_eq!(st.untracked, vec![b"new.txt".to_vec()]);
+    let e = logbook_git::diff_hiding(
+        &r.path,
+        b".logbook/sessions/s/log/1.active",
+        Area::Untracked,
+        &hidden,
+    )
+    .unwrap_err();
+    assert_eq!(e.kind(), logbook_git::ErrorKind::PermissionDenied, "{e}");
+    let e = logbook_git::diff_hiding(&r.path, b"priv/tracked.txt", Area::Worktree, &hidden)
+        .unwrap_err();
+    assert_eq!(e.kind(), logbook_git::ErrorKind::PermissionDenied, "{e}");
+    let first = logbook_git::snapshot_patch_hiding(&r.path, &hidden)
+        .unwrap()
+        .unwrap();
+    let text = String::from_utf8(first.clone()).unwrap();
+    assert!(
+        text.contains("b/a.txt") && text.contains("b/new.txt"),
+        "{text}"
+    );
+    assert!(
+        !text.contains(".logbook") && !text.contains("priv/"),
+        "{text}"
+    );
+    // The Root grows between snapshots (it stores each patch); the patch must not.
+    for n in 2..4 {
+        r.write(
+            format!(".logbook/patches/ab/{n}").as_bytes(),
+            text.as_bytes(),
+        );
+        let again = logbook_git::snapshot_patch_hiding(&r.path, &hidden)
+            .unwrap()
+            .unwrap();
+        assert_eq!(again, first, "snapshot {n} differs");
+    }
+}
