@@ -52,7 +52,8 @@ pub struct RootOptions {
     /// `Sync` (default): every mutation is on disk before it returns.
     /// `NoSyncBulkImport`: nothing is fsynced; a crash may lose recent mutations (bulk import).
     pub durability: Durability,
-    /// Cadence of the background index sync and state checkpoint.
+    /// Cadence of the background index sync (the state checkpoint is written when a Session's
+    /// log grew by [`crate::CHECKPOINT_LOG_BYTES`], and on close).
     pub index_sync_interval: Duration,
     /// Size at which Session logs roll to a new segment (tests use tiny ones).
     pub segment_bytes_max: u64,
