@@ -176,6 +176,7 @@ impl Session {
         p: &HistoryParams,
         mut each: impl FnMut(RowRef<'_>),
     ) -> Result<PageEnd, EngineError> {
+        self.check_live()?;
         let limit = p.limit.unwrap_or(PAGE_ROWS_DEFAULT);
         if limit == 0 || limit > PAGE_ROWS_MAX {
             return Err(EngineError::invalid(format!(
@@ -344,6 +345,7 @@ impl Session {
     }
 
     pub(crate) fn source(&self, p: &SourceParams) -> Result<TextPage, EngineError> {
+        self.check_live()?;
         let limit = p.limit.unwrap_or(SOURCE_BYTES_DEFAULT);
         if limit == 0 || limit > SOURCE_BYTES_MAX {
             return Err(EngineError::invalid(format!(
@@ -466,6 +468,7 @@ impl Session {
         timeout_ms: Option<u64>,
         ended: &std::sync::atomic::AtomicBool,
     ) -> Result<WatchResult, EngineError> {
+        self.check_live()?;
         let timeout_ms = timeout_ms.unwrap_or(0);
         if timeout_ms > WATCH_TIMEOUT_MS_MAX {
             return Err(EngineError::invalid(format!(
@@ -521,6 +524,7 @@ impl Session {
         &self,
         through: Option<u64>,
     ) -> Result<Option<ContextResult>, EngineError> {
+        self.check_live()?;
         let inner = self.read();
         let through = fence(&inner, through)?;
         let contexts = &inner.state.contexts;

@@ -8,7 +8,7 @@ use crate::event::{
 use crate::params::*;
 use crate::progress::{ProgressSink, ProgressUnit};
 use crate::records::{self, Outcome, SessionRecord};
-use crate::session::{log_config, Mutation, Prepared, Session};
+use crate::session::{log_config, Checkpoint, Mutation, Prepared, Session};
 use crate::state::State;
 use crate::validate::{validate_event, validate_id, validate_session_id, APPEND_EVENTS_MAX};
 use base64::Engine as _;
@@ -37,7 +37,8 @@ pub const SEND_ATTACHMENTS_MAX: usize = 64;
 pub const READ_ATTACHMENTS_BYTES_MAX: u64 = 1 << 20;
 /// Longest workspace path, in bytes.
 pub const WORKSPACE_BYTES_MAX: usize = 4096;
-/// How often the background flusher makes derived indexes durable and checkpoints state.
+/// How often the background flusher makes derived indexes durable (the state checkpoint
+/// follows log growth instead: see [`crate::CHECKPOINT_LOG_BYTES`]).
 pub const INDEX_SYNC_INTERVAL: Duration = Duration::from_millis(250);
 
 const HEADER_FILE: &str = "logbook.root";
@@ -52,7 +53,8 @@ pub struct RootOptions {
     /// `Sync` (default): every mutation is on disk before it returns.
     /// `NoSyncBulkImport`: nothing is fsynced; a crash may lose recent mutations (bulk import).
     pub durability: Durability,
-    /// Cadence of the background index sync and state checkpoint.
+    /// Cadence of the background index sync (the state checkpoint is written when a Session's
+    /// log grew by [`crate::CHECKPOINT_LOG_BYTES`], and on close).
     pub index_sync_interval: Duration,
     /// Size at which Session logs roll to a new segment (tests use tiny ones).
     pub segment_bytes_max: u64,
@@ -68,6 +70,10 @@ pub struct RootOptions {
     /// search after the next open indexes only the rows appended since. Smaller ones are
     /// rebuilt from the log by that search (quick: about 3 MB of text at the default).
     pub search_tail_save_pairs_min: u64,
+    /// The file system under every Session log; `None` is the real one. For fault injection
+    /// in tests (see `logbook_log::io::FaultyFs`).
+    #[doc(hidden)]
+    pub log_fs: Option<Arc<dyn logbook_log::io::FileSystem>>,
 }
 
 /// Default [`RootOptions::block_cache_bytes`]: 1,024 blocks of 64 KiB.
@@ -99,6 +105,7 @@ impl Default for RootOptions {
             search_indexing: SearchIndexing::OnAppend,
             block_cache_bytes: BLOCK_CACHE_BYTES,
             search_tail_save_pairs_min: SEARCH_TAIL_SAVE_PAIRS_MIN,
+            log_fs: None,
         }
     }
 }
@@ -535,7 +542,7 @@ impl Root {
 
     /// Makes every open Session's indexes durable and checkpoints their state now.
     pub fn sync_indexes(&self) -> Result<(), EngineError> {
-        self.shared.sync_all()
+        self.shared.sync_all(Checkpoint::Now)
     }
 
     pub(crate) fn session(&self, id: &str) -> Result<Arc<Session>, EngineError> {
@@ -1157,6 +1164,7 @@ impl Shared {
             segment_bytes_max: self.options.segment_bytes_max,
             durability: self.options.durability,
             block_cache: Some(Arc::clone(&self.block_cache)),
+            fs: self.options.log_fs.clone(),
             ..logbook_log::LogConfig::default()
         }
     }
@@ -1175,7 +1183,17 @@ impl Shared {
         };
         let mut slot = lock(&slot);
         if let Some(s) = slot.as_ref() {
-            return Ok(Arc::clone(s));
+            if !s.needs_reopen() {
+                return Ok(Arc::clone(s));
+            }
+            // Its log refuses appends after a failed write or fdatasync, or a panic under one
+            // of its locks may have left its indexes half updated: open it again from disk
+            // (log recovery, then replay from the checkpoint), so one transient failure does
+            // not leave the Session read-only for the life of the process. The receipts on
+            // disk decide whether a failed mutation is there; nothing is applied twice.
+            s.retire()?;
+            let old = slot.take().expect("checked above");
+            lock(&self.opened).retain(|o| !Arc::ptr_eq(o, &old));
         }
         let dir = self.dir.join(SESSIONS_DIR).join(id);
         let base = match layered {
@@ -1342,11 +1360,11 @@ impl Shared {
         self.place(&staging, id)
     }
 
-    fn sync_all(&self) -> Result<(), EngineError> {
+    fn sync_all(&self, checkpoint: Checkpoint) -> Result<(), EngineError> {
         let sessions: Vec<Arc<Session>> = lock(&self.opened).clone();
         let mut first_err = None;
         for s in sessions {
-            if let Err(e) = s.sync_indexes() {
+            if let Err(e) = s.sync_indexes(checkpoint) {
                 first_err.get_or_insert(e);
             }
         }
@@ -1371,7 +1389,7 @@ impl Shared {
             }
             drop(stop);
             // Derived data: a failed sync is retried next tick and, at worst, rebuilt on open.
-            let _ = self.sync_all();
+            let _ = self.sync_all(Checkpoint::IfGrown);
             stop = lock(&self.stop);
         }
     }
@@ -1384,7 +1402,7 @@ impl Drop for Root {
         if let Some(h) = self.flusher.take() {
             let _ = h.join();
         }
-        let _ = self.shared.sync_all();
+        let _ = self.shared.sync_all(Checkpoint::Now);
         // Large search tails are saved so the first search after the next open need not
         // index the active segment again.
         let pairs_min = self.shared.options.search_tail_save_pairs_min;

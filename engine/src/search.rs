@@ -267,6 +267,7 @@ impl Page<'_> {
 
 impl Session {
     pub(crate) fn search(&self, p: &SearchParams) -> Result<SearchPage, EngineError> {
+        self.check_live()?;
         if p.query.is_empty() {
             return Err(EngineError::invalid(
                 "query must not be empty; search needs at least one character",

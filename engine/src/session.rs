@@ -23,7 +23,7 @@ use logbook_index::FixedIndex;
 use logbook_log::{Durability, Location, Log, LogConfig, Reader, Record};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 pub(crate) const SEQ_TAG: [u8; 4] = *b"SEQ1";
@@ -318,6 +318,30 @@ impl Prepared {
     }
 }
 
+/// Log bytes (record payloads) a Session appends between two state checkpoints. The background
+/// sync makes the indexes durable on every tick but rewrites `state.ckpt` (the whole state)
+/// only after this much growth, or when the Root closes or is asked to sync: an open after a
+/// crash then replays at most about this much log (plus one tick's appends), and an idle or
+/// slowly written Session costs no checkpoint writes.
+pub const CHECKPOINT_LOG_BYTES: u64 = 4 << 20;
+
+/// When [`Session::sync_indexes`] writes a state checkpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Checkpoint {
+    /// Only when the log grew by more than [`CHECKPOINT_LOG_BYTES`] since the last one (the
+    /// background timer).
+    IfGrown,
+    /// Whenever the log grew at all since the last one (close, `Root::sync_indexes`).
+    Now,
+}
+
+/// What the last checkpoint covered, kept under the Session's sync lock.
+#[derive(Debug, Default)]
+struct SyncMark {
+    /// [`Session::appended_bytes`] when the last checkpoint's snapshot was taken.
+    appended_bytes: u64,
+}
+
 /// Most bytes (of encoded events) each Session keeps decoded in memory for reads.
 pub const EVENT_CACHE_BYTES_MAX: usize = 8 << 20;
 
@@ -361,6 +385,9 @@ pub(crate) struct Mutation<'a> {
     pub build: &'a mut BuildFn<'a>,
 }
 
+/// How long [`Session::retire`] waits for a mutation under way on the Session to finish.
+const RETIRE_WAIT_MAX: std::time::Duration = std::time::Duration::from_secs(5);
+
 pub(crate) struct Session {
     pub id: String,
     dir: PathBuf,
@@ -389,6 +416,15 @@ pub(crate) struct Session {
     search_on_search: AtomicBool,
     /// The torn tail this open cut from the log, if any (reported by the Root, never silent).
     pub(crate) cut: Option<crate::params::CutNote>,
+    /// Serialises index syncs and checkpoints (never taken by readers or mutations).
+    sync: Mutex<SyncMark>,
+    /// Log payload bytes appended since open, counting the tail replayed at open: the
+    /// checkpoint cadence (see [`CHECKPOINT_LOG_BYTES`]).
+    appended_bytes: AtomicU64,
+    /// Set when the Session can no longer be trusted in memory (a panic under one of its locks)
+    /// or is being replaced: every call on this object fails, and the Root opens the Session
+    /// again from disk on the next call (see [`Session::needs_reopen`]).
+    failed: AtomicBool,
 }
 
 fn lock_cache(m: &Mutex<EventCache>) -> MutexGuard<'_, EventCache> {
@@ -508,6 +544,9 @@ impl Session {
             progress,
             search_on_search: AtomicBool::new(false),
             cut,
+            sync: Mutex::new(SyncMark::default()),
+            appended_bytes: AtomicU64::new(0),
+            failed: AtomicBool::new(false),
         };
         session.replay_tail(start, segment_bytes)?;
         let rev = session.read().state.revision;
@@ -596,6 +635,7 @@ impl Session {
         };
         let log_path = self.log.dir().to_owned();
         let mut replayed = !skip_first;
+        let mut replayed_bytes = 0u64;
         // Log positions as one byte count (segments counted as full): enough for a progress bar.
         let pos = |l: Location| {
             l.segment
@@ -616,6 +656,7 @@ impl Session {
             if record.kind != records::KIND_RECEIPT {
                 replayed = true;
             }
+            replayed_bytes += record.payload.len() as u64;
             task.advance(pos(loc).saturating_sub(origin));
             match record.kind {
                 records::KIND_EVENT => {
@@ -672,18 +713,115 @@ impl Session {
         drop(inner);
         if replayed {
             self.dirty.store(true, Ordering::Release);
+            // The replayed tail counts towards the next checkpoint, so that opens after
+            // repeated crashes do not each replay more (at least 1: a repaired index is
+            // checkpointed on close).
+            self.appended_bytes
+                .fetch_add(replayed_bytes.max(1), Ordering::AcqRel);
         }
         Ok(())
     }
 
+    /// The derived state, for reads. A panic under the write lock may have left it half
+    /// updated: that marks the Session failed (the Root reopens it from disk on the next
+    /// call, and [`Session::check_live`] refuses calls on this object), but a read already
+    /// under way is still answered from what is there, as it would have been a moment before.
     pub(crate) fn read(&self) -> RwLockReadGuard<'_, Inner> {
-        // A panic while holding the lock cannot leave the indexes half-updated in a way that
-        // matters more than losing the process; keep serving.
-        self.inner.read().unwrap_or_else(|p| p.into_inner())
+        self.inner.read().unwrap_or_else(|p| {
+            self.failed.store(true, Ordering::Release);
+            p.into_inner()
+        })
     }
 
+    /// [`Session::read`] that refuses a failed Session.
+    fn read_checked(&self) -> Result<RwLockReadGuard<'_, Inner>, EngineError> {
+        self.check_live()?;
+        self.inner
+            .read()
+            .map_err(|_| self.fail("the lock over its indexes"))
+    }
+
+    /// The derived state, for changes; refuses it when a panic under the lock may have left
+    /// it half updated. (Not `check_live`: a mutation whose batch is in the log finishes
+    /// indexing it even when the Session is being retired meanwhile.)
+    fn write_checked(&self) -> Result<RwLockWriteGuard<'_, Inner>, EngineError> {
+        self.inner
+            .write()
+            .map_err(|_| self.fail("the lock over its indexes"))
+    }
+
+    /// The write lock at open, before the Session is shared (no one else can have panicked).
     fn write(&self) -> RwLockWriteGuard<'_, Inner> {
         self.inner.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Marks the Session failed after a panic poisoned `what`, and says so.
+    fn fail(&self, what: &str) -> EngineError {
+        self.failed.store(true, Ordering::Release);
+        self.failed_error(&format!("a panic while holding {what}"))
+    }
+
+    fn failed_error(&self, why: &str) -> EngineError {
+        EngineError::corrupt(
+            &self.dir,
+            format!(
+                "Session {} is out of service in memory ({why}), so its indexes may be half \
+                 updated; nothing is served from them. It is reopened from its log on the next \
+                 call: retry (a repeated mutation is answered from its receipt if it was stored)",
+                self.id
+            ),
+        )
+    }
+
+    /// Fails (`corrupt`, naming the Session) when the Session was marked failed. One atomic
+    /// load: read paths call it.
+    pub(crate) fn check_live(&self) -> Result<(), EngineError> {
+        if self.failed.load(Ordering::Acquire) {
+            return Err(self.failed_error("marked failed"));
+        }
+        Ok(())
+    }
+
+    /// True when this object must be replaced by a Session opened again from disk: it was
+    /// marked failed, a panic poisoned one of its locks, or its log refuses appends after a
+    /// failed write or fdatasync. Atomic loads only: the Root asks on every call.
+    pub(crate) fn needs_reopen(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+            || self.inner.is_poisoned()
+            || self.writer.is_poisoned()
+            || self.log.is_poisoned()
+    }
+
+    /// Takes this object out of service before the Session is opened again from disk: no
+    /// mutation or sync runs on it from now on, none is under way when this returns, its log
+    /// seals nothing more, and bytes its log wrote but never synced are cut (see
+    /// `Log::cut_unsynced`), so the new open trusts only what reached the disk.
+    pub(crate) fn retire(&self) -> Result<(), EngineError> {
+        self.failed.store(true, Ordering::Release);
+        drop(self.sync.lock().unwrap_or_else(|p| p.into_inner()));
+        // A mutation that passed its check before `failed` was set may still hold the writer
+        // lock; wait for it, but only so long: the caller may be that very thread (opening a
+        // fork's source from inside a mutation of the source), which must get an error, not
+        // a deadlock.
+        let deadline = std::time::Instant::now() + RETIRE_WAIT_MAX;
+        loop {
+            match self.writer.try_lock() {
+                Ok(_) | Err(std::sync::TryLockError::Poisoned(_)) => break,
+                Err(std::sync::TryLockError::WouldBlock) => {
+                    if std::time::Instant::now() >= deadline {
+                        return Err(EngineError::Busy {
+                            path: self.dir.clone(),
+                        });
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+            }
+        }
+        self.log.wait_for_sealing();
+        if self.log.is_poisoned() {
+            self.log.cut_unsynced()?;
+        }
+        Ok(())
     }
 
     /// From now on appends do not index their rows for search; the next search catches up.
@@ -839,8 +977,19 @@ impl Session {
         )
     }
 
-    fn writer(&self) -> MutexGuard<'_, Option<ReceiptMap>> {
-        self.writer.lock().unwrap_or_else(|p| p.into_inner())
+    /// The writer lock (mutations, receipt lookups). A panic under it (in a mutation's build
+    /// closure, or between its log append and its index update) may have left the receipt
+    /// map or the indexes short of a batch the log holds: a retry would then write the same
+    /// sequence again. So a poisoned lock marks the Session failed and refuses.
+    fn writer(&self) -> Result<MutexGuard<'_, Option<ReceiptMap>>, EngineError> {
+        self.check_live()?;
+        let guard = self
+            .writer
+            .lock()
+            .map_err(|_| self.fail("its writer lock"))?;
+        // Retired (or failed) while this call waited for the lock.
+        self.check_live()?;
+        Ok(guard)
     }
 
     /// Finds the receipt of `operation`, loading the receipt map on first use.
@@ -850,7 +999,7 @@ impl Session {
         operation: &str,
     ) -> Result<Option<Receipt>, EngineError> {
         if map.is_none() {
-            let inner = self.read();
+            let inner = self.read_checked()?;
             let mut m: ReceiptMap = HashMap::new();
             for i in 0..inner.receipts.len() {
                 let e = inner.receipts.get(i).expect("i < len");
@@ -883,7 +1032,7 @@ impl Session {
     /// The stored receipt of `operation` in this Session, if any; Conflict when the operation
     /// recorded a diagnostic instead.
     pub(crate) fn receipt(&self, operation: &str) -> Result<Option<Receipt>, EngineError> {
-        let mut map = self.writer();
+        let mut map = self.writer()?;
         let receipt = self.find_receipt(&mut map, operation)?;
         if receipt.is_none() {
             self.refuse_diagnostic_op(operation)?;
@@ -919,7 +1068,7 @@ impl Session {
         operation: &str,
         f: impl FnOnce(bool) -> Result<R, EngineError>,
     ) -> Result<R, EngineError> {
-        let mut map = self.writer();
+        let mut map = self.writer()?;
         let used = self.find_receipt(&mut map, operation)?.is_some() || self.is_fork_op(operation);
         f(used)
     }
@@ -949,12 +1098,12 @@ impl Session {
         operation: &str,
         f: impl FnOnce(&State, Option<Receipt>) -> Result<R, EngineError>,
     ) -> Result<R, EngineError> {
-        let mut map = self.writer();
+        let mut map = self.writer()?;
         let receipt = self.find_receipt(&mut map, operation)?;
         if receipt.is_none() {
             self.refuse_diagnostic_op(operation)?;
         }
-        let inner = self.read();
+        let inner = self.read_checked()?;
         f(&inner.state, receipt)
     }
 
@@ -972,7 +1121,7 @@ impl Session {
         m: Mutation<'_>,
         legacy: Option<&dyn Fn() -> [u8; 32]>,
     ) -> Result<Outcome, EngineError> {
-        let mut map = self.writer();
+        let mut map = self.writer()?;
         if let Some(r) = self.find_receipt(&mut map, m.operation)? {
             if r.params == m.params || legacy.is_some_and(|f| f() == r.params) {
                 return Ok(r.outcome);
@@ -990,10 +1139,11 @@ impl Session {
             )));
         }
         self.refuse_diagnostic_op(m.operation)?;
-        let first = self.read().state.revision + 1;
-        let (mut events, outcome) = {
-            let inner = self.read();
-            (m.build)(&inner.state, first)?
+        let (first, mut events, outcome) = {
+            let inner = self.read_checked()?;
+            let first = inner.state.revision + 1;
+            let (events, outcome) = (m.build)(&inner.state, first)?;
+            (first, events, outcome)
         };
         let n = events.len();
         for (i, p) in events.iter_mut().enumerate() {
@@ -1016,16 +1166,22 @@ impl Session {
             payload: &receipt,
         });
         let locs = self.log.append(&batch)?;
+        #[cfg(test)]
+        if tests::PANIC_AFTER_APPEND.with(|p| p.replace(false)) {
+            panic!("injected: a panic between the log append and the index update");
+        }
+        let batch_bytes: u64 = batch.iter().map(|r| r.payload.len() as u64).sum();
         drop(batch);
         let (first_row, end_row);
         {
-            let mut inner = self.write();
+            let mut inner = self.write_checked()?;
             first_row = inner.row_count();
             for (i, p) in events.iter().enumerate() {
                 inner.index_event(first + i as u64, locs[i], &p.event);
             }
             inner.index_receipt(locs[n], m.operation);
             end_row = inner.row_count();
+            self.appended_bytes.fetch_add(batch_bytes, Ordering::AcqRel);
         }
         let sizes: Vec<usize> = events.iter().map(|p| p.payload().len()).collect();
         let events: Vec<Arc<Event>> = events.into_iter().map(|p| Arc::new(p.event)).collect();
@@ -1089,7 +1245,7 @@ impl Session {
     /// Replays the whole log and checks every derived entry (sequence, row and receipt
     /// indexes, and the state) against it. O(history): this is `verify`, not `open`.
     pub(crate) fn verify_derived(&self) -> Result<(), EngineError> {
-        let inner = self.read();
+        let inner = self.read_checked()?;
         let rev = inner.state.revision;
         let ix = self.dir.join("index files");
         let mismatch = |what: String| {
@@ -1183,35 +1339,86 @@ impl Session {
         Ok(())
     }
 
-    /// Makes the indexes durable and writes a checkpoint of the state they cover.
-    pub(crate) fn sync_indexes(&self) -> Result<(), EngineError> {
-        if !self.dirty.swap(false, Ordering::AcqRel) || self.damaged.load(Ordering::Acquire) {
+    /// Makes the indexes durable and, when `checkpoint` asks for it, writes a checkpoint of
+    /// the state they cover. Readers and writers never wait for the disk here: the pending
+    /// entries are copied out under the read lock, written and fdatasync'd with no lock held,
+    /// and published under the write lock (a few map calls). Syncs of one Session are
+    /// serialised by `sync`, which no reader or writer takes.
+    pub(crate) fn sync_indexes(&self, checkpoint: Checkpoint) -> Result<(), EngineError> {
+        if self.damaged.load(Ordering::Acquire) || self.failed.load(Ordering::Acquire) {
             return Ok(());
         }
-        let state = {
-            let mut inner = self.write();
-            let r = inner
-                .seq
-                .sync()
-                .and_then(|_| inner.rows.sync())
-                .and_then(|_| inner.receipts.sync());
-            if let Err(e) = r {
-                self.dirty.store(true, Ordering::Release);
-                return Err(e.into());
+        let mut mark = self.sync.lock().unwrap_or_else(|p| p.into_inner());
+        let dirty = self.dirty.swap(false, Ordering::AcqRel);
+        let grown = self
+            .appended_bytes
+            .load(Ordering::Acquire)
+            .saturating_sub(mark.appended_bytes);
+        let want_ckpt = match checkpoint {
+            Checkpoint::IfGrown => grown > CHECKPOINT_LOG_BYTES,
+            Checkpoint::Now => grown > 0,
+        };
+        if !dirty && !want_ckpt {
+            return Ok(());
+        }
+        let r = self.sync_and_checkpoint(&mut mark, want_ckpt);
+        if r.is_err() {
+            // Retried on the next tick (the indexes are derived: at worst rebuilt on open).
+            self.dirty.store(true, Ordering::Release);
+        }
+        r
+    }
+
+    fn sync_and_checkpoint(&self, mark: &mut SyncMark, want_ckpt: bool) -> Result<(), EngineError> {
+        // One consistent cut: the entries to make durable, and (for a checkpoint) the state
+        // they cover with the row and receipt counts, all taken under one read lock.
+        let (pending, snapshot) = {
+            let inner = self.read_checked()?;
+            let pending = [
+                inner.seq.begin_sync()?,
+                inner.rows.begin_sync()?,
+                inner.receipts.begin_sync()?,
+            ];
+            let snapshot = want_ckpt.then(|| {
+                let cover = crate::state::Coverage {
+                    rows: inner.rows.len(),
+                    receipts: inner.receipts.len(),
+                };
+                (
+                    inner.state.clone(),
+                    cover,
+                    self.appended_bytes.load(Ordering::Acquire),
+                )
+            });
+            (pending, snapshot)
+        };
+        let written = pending.map(logbook_index::PendingSync::write);
+        {
+            let mut inner = self.write_checked()?;
+            let [seq, rows, receipts] = written;
+            // Each index takes its own outcome, so a failure poisons only the index it hit.
+            let r = [
+                inner.seq.finish_sync(seq),
+                inner.rows.finish_sync(rows),
+                inner.receipts.finish_sync(receipts),
+            ];
+            for r in r {
+                r?;
             }
-            let cover = crate::state::Coverage {
-                rows: inner.rows.len(),
-                receipts: inner.receipts.len(),
-            };
-            (inner.state.clone(), cover)
+        }
+        let Some((state, cover, appended)) = snapshot else {
+            return Ok(());
         };
         // The checkpoint promises that the event it covers is durable in the log (the next open
-        // checks the log only from there on). Every event it covers was appended before the
-        // snapshot above, so this sync covers them (in NoSyncBulkImport mode it is needed).
-        if let Err(e) = self.log.sync() {
-            self.dirty.store(true, Ordering::Release);
-            return Err(e.into());
-        }
-        state.0.save_covering(&self.dir.join("state.ckpt"), state.1)
+        // checks the log only from there on) and that the index entries it counts are durable
+        // (synced just above). Every event it covers was appended before the snapshot, so this
+        // sync covers them (in NoSyncBulkImport mode it is needed).
+        self.log.sync()?;
+        state.save_covering(&self.dir.join("state.ckpt"), cover)?;
+        mark.appended_bytes = appended;
+        Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -16,6 +16,11 @@
 //! The durable entries are read through a read-only map; entries pushed since
 //! the last `sync` live in memory. `sync` writes them past the mapped length,
 //! fdatasyncs, and maps again, so a mapped byte is never changed in place.
+//! A caller that keeps the index under a lock syncs in three steps instead, so
+//! that readers never wait for the disk: [`FixedIndex::begin_sync`] (under a
+//! read lock) copies the pending entries out with a handle to the file,
+//! [`PendingSync::write`] (no lock) writes and fdatasyncs them, and
+//! [`FixedIndex::finish_sync`] (under the write lock, brief) maps them.
 //! A file whose length is not `32 + k * width` lost its last write half way
 //! (a torn tail): `open` cuts it back to whole entries and reports how many
 //! bytes it cut in [`FixedIndex::cut_bytes`]. Every entry carries a CRC-32 bound to
@@ -26,6 +31,7 @@
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use memmap2::Mmap;
 
@@ -59,7 +65,8 @@ fn entry_crc(i: u64, entry: &[u8]) -> u32 {
 #[derive(Debug)]
 pub struct FixedIndex {
     path: PathBuf,
-    file: File,
+    /// Shared with [`PendingSync`]s, which write and sync without the caller's lock.
+    file: Arc<File>,
     tag: [u8; 4],
     width: u32,
     /// Entries `[0, durable)` are in the file and mapped.
@@ -70,6 +77,60 @@ pub struct FixedIndex {
     tail: Vec<u8>,
     cut_bytes: u64,
     poisoned: bool,
+    /// Bumped by every `truncate`: a [`SyncedEntries`] begun before one is refused.
+    generation: u64,
+}
+
+/// Entries of a [`FixedIndex`] not yet durable, copied out with a handle to the file by
+/// [`FixedIndex::begin_sync`], so that [`PendingSync::write`] can write and fdatasync them
+/// while the caller's lock over the index is released (readers and writers go on).
+#[derive(Debug)]
+pub struct PendingSync {
+    file: Arc<File>,
+    path: PathBuf,
+    /// File offset of the first entry: the end of the mapped (durable) part.
+    at: u64,
+    bytes: Vec<u8>,
+    synced: SyncedEntries,
+}
+
+/// Entries `[from, to)` of an index are in its file and fdatasync'd: what
+/// [`FixedIndex::finish_sync`] needs to make them durable in the index.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use = "hand it to FixedIndex::finish_sync"]
+pub struct SyncedEntries {
+    from: u64,
+    to: u64,
+    generation: u64,
+}
+
+impl SyncedEntries {
+    /// Number of entries the index holds durably once this is finished.
+    pub fn durable_len(&self) -> u64 {
+        self.to
+    }
+}
+
+impl PendingSync {
+    /// True when nothing was pending (writing it does nothing).
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    /// Writes the entries past the durable part and fdatasyncs. Needs no lock: the bytes go
+    /// at or beyond the mapped length, never inside it, and the index itself is not touched.
+    pub fn write(self) -> Result<SyncedEntries, IndexError> {
+        if self.bytes.is_empty() {
+            return Ok(self.synced);
+        }
+        self.file
+            .write_all_at(&self.bytes, self.at)
+            .map_err(|e| IndexError::io(&self.path, "pwrite", e))?;
+        self.file
+            .sync_data()
+            .map_err(|e| IndexError::io(&self.path, "fdatasync", e))?;
+        Ok(self.synced)
+    }
 }
 
 fn encode_header(tag: [u8; 4], width: u32) -> [u8; FIXED_HEADER_BYTES as usize] {
@@ -162,7 +223,7 @@ impl FixedIndex {
     pub fn create(path: &Path, tag: [u8; 4], width: u32) -> Result<FixedIndex, IndexError> {
         check_width(width)?;
         fsutil::write_atomic(path, &[&encode_header(tag, width)])?;
-        let file = open_rw(path)?;
+        let file = Arc::new(open_rw(path)?);
         Ok(FixedIndex {
             path: path.to_path_buf(),
             file,
@@ -173,6 +234,7 @@ impl FixedIndex {
             tail: Vec::new(),
             cut_bytes: 0,
             poisoned: false,
+            generation: 0,
         })
     }
 
@@ -207,7 +269,7 @@ impl FixedIndex {
         }
         Ok(FixedIndex {
             path: path.to_path_buf(),
-            file,
+            file: Arc::new(file),
             tag,
             width,
             map,
@@ -215,6 +277,7 @@ impl FixedIndex {
             tail: Vec::new(),
             cut_bytes,
             poisoned: false,
+            generation: 0,
         })
     }
 
@@ -307,6 +370,7 @@ impl FixedIndex {
             });
         }
         let w = self.stride() as u64;
+        self.generation += 1;
         if len >= self.durable {
             self.tail.truncate(((len - self.durable) * w) as usize);
             return Ok(());
@@ -337,33 +401,72 @@ impl FixedIndex {
     /// the file again. After a failure the index refuses further writes
     /// ([`IndexError::Poisoned`]) until it is reopened.
     pub fn sync(&mut self) -> Result<(), IndexError> {
+        let pending = self.begin_sync()?;
+        self.finish_sync(pending.write())
+    }
+
+    /// Copies the entries pushed since the last sync out, with a handle to the file, for
+    /// [`PendingSync::write`] to make durable without `&mut self`; then
+    /// [`FixedIndex::finish_sync`]. Only one sync may be in flight (the caller serialises).
+    pub fn begin_sync(&self) -> Result<PendingSync, IndexError> {
         if self.poisoned {
             return Err(IndexError::Poisoned {
                 path: self.path.clone(),
             });
         }
-        if self.tail.is_empty() {
+        Ok(PendingSync {
+            file: Arc::clone(&self.file),
+            path: self.path.clone(),
+            at: FIXED_HEADER_BYTES + self.durable * self.stride() as u64,
+            bytes: self.tail.clone(),
+            synced: SyncedEntries {
+                from: self.durable,
+                to: self.len(),
+                generation: self.generation,
+            },
+        })
+    }
+
+    /// Takes the outcome of [`PendingSync::write`]: on success the synced entries join the
+    /// mapped, durable part (entries pushed meanwhile stay in memory); on failure the index
+    /// refuses further writes ([`IndexError::Poisoned`]) until it is reopened, as for `sync`.
+    /// A sync begun before a `truncate`, or not from the current durable length, is refused
+    /// (`InvalidArgument`) and changes nothing: its bytes may no longer be this index's.
+    pub fn finish_sync(
+        &mut self,
+        written: Result<SyncedEntries, IndexError>,
+    ) -> Result<(), IndexError> {
+        let done = match written {
+            Ok(done) => done,
+            Err(e) => {
+                self.poisoned = true;
+                return Err(e);
+            }
+        };
+        if self.poisoned {
+            return Err(IndexError::Poisoned {
+                path: self.path.clone(),
+            });
+        }
+        if done.generation != self.generation || done.from != self.durable || done.to > self.len() {
+            return Err(IndexError::InvalidArgument {
+                reason: format!(
+                    "a sync of entries {}..{} of {} was begun before the index changed \
+                     (durable {}, length {}); sync again",
+                    done.from,
+                    done.to,
+                    self.path.display(),
+                    self.durable,
+                    self.len()
+                ),
+            });
+        }
+        if done.to == self.durable {
             return Ok(());
         }
         let w = self.stride() as u64;
-        let at = FIXED_HEADER_BYTES + self.durable * w;
-        // The write lands at or beyond the mapped length, never inside it.
-        let result = self
-            .file
-            .write_all_at(&self.tail, at)
-            .map_err(|e| IndexError::io(&self.path, "pwrite", e))
-            .and_then(|()| {
-                self.file
-                    .sync_data()
-                    .map_err(|e| IndexError::io(&self.path, "fdatasync", e))
-            });
-        if let Err(e) = result {
-            self.poisoned = true;
-            return Err(e);
-        }
-        let durable = self.durable + self.tail.len() as u64 / w;
-        let map = match fsutil::map_prefix(&self.file, &self.path, FIXED_HEADER_BYTES + durable * w)
-        {
+        let whole = FIXED_HEADER_BYTES + done.to * w;
+        let map = match fsutil::map_prefix(&self.file, &self.path, whole) {
             Ok(m) => m,
             Err(e) => {
                 self.poisoned = true;
@@ -371,8 +474,8 @@ impl FixedIndex {
             }
         };
         self.map = map;
-        self.durable = durable;
-        self.tail.clear();
+        self.tail.drain(..((done.to - done.from) * w) as usize);
+        self.durable = done.to;
         Ok(())
     }
 

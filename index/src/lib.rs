@@ -64,8 +64,8 @@ mod trigram;
 
 pub use error::{ErrorKind, IndexError};
 pub use fixed::{
-    FixedIndex, FIXED_ENTRY_CRC_BYTES, FIXED_HEADER_BYTES, FIXED_INDEX_FORMAT_VERSION,
-    FIXED_INDEX_MAGIC, FIXED_WIDTH_MAX,
+    FixedIndex, PendingSync, SyncedEntries, FIXED_ENTRY_CRC_BYTES, FIXED_HEADER_BYTES,
+    FIXED_INDEX_FORMAT_VERSION, FIXED_INDEX_MAGIC, FIXED_WIDTH_MAX,
 };
 pub use fold::{fold_char, fold_into, is_word_char};
 pub use matcher::Matcher;

@@ -12,7 +12,9 @@
 //!   independent 64 KiB blocks but keeps its logical offsets (a block table maps them).
 //! - With [`Durability::Sync`], `append` returns after fdatasync; concurrent appenders share
 //!   one sync (group commit). After a failed write or sync the log is poisoned: every further
-//!   append fails until it is reopened. Nothing is retried silently.
+//!   append fails until it is reopened. Nothing is retried silently. A process that reopens a
+//!   poisoned log first calls [`Log::cut_unsynced`], so the reopen trusts only bytes a
+//!   completed fdatasync covered (the page cache may hold ones that never reach the disk).
 //! - Only the newest segment can have a torn tail; open cuts it (after copying it beside the
 //!   segment) and syncs the cut before anything is appended. Any other damage is an error naming
 //!   file and offset; a bad record is never skipped.

@@ -14,7 +14,7 @@ use crate::walk::{judge_tail_at, walk, walk_at, Tail};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::OnceLock;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
@@ -72,6 +72,11 @@ pub struct LogConfig {
     /// Where decompressed sealed blocks are kept; `None` gives the log a cache of its own of
     /// [`BLOCK_CACHE_BYTES`]. Logs may share one (an engine Root shares one among its Sessions).
     pub block_cache: Option<Arc<BlockCache>>,
+    /// The file system [`Log::create`], [`Log::open`] and [`Log::open_from`] use; `None` is
+    /// the real one. For fault injection by crates above the log (the engine's tests reach
+    /// their Sessions' logs only through a config), like the `*_with_fs` constructors.
+    #[doc(hidden)]
+    pub fs: Option<Arc<dyn FileSystem>>,
 }
 
 impl Default for LogConfig {
@@ -81,12 +86,18 @@ impl Default for LogConfig {
             durability: Durability::Sync,
             preallocate_bytes: PREALLOCATE_BYTES,
             block_cache: None,
+            fs: None,
         }
     }
 }
 
 impl LogConfig {
     /// Whether new segments get a preallocated zero region.
+    /// The file system the config names, or the real one.
+    fn file_system(&self) -> Arc<dyn FileSystem> {
+        self.fs.clone().unwrap_or_else(|| Arc::new(RealFs))
+    }
+
     fn preallocates(&self) -> bool {
         self.durability == Durability::Sync && self.preallocate_bytes > 0
     }
@@ -417,6 +428,8 @@ struct Shared {
     seal_cv: Condvar,
     /// Mirror of `Writer::seq`, read without the lock by a gathering leader.
     written_seq: AtomicU64,
+    /// Mirror of `Writer::poisoned.is_some()`, read without the lock (see `Log::is_poisoned`).
+    poisoned: AtomicBool,
 }
 
 /// The segmented append-only log. `Send + Sync`: share it with `Arc`.
@@ -506,14 +519,16 @@ fn read_all(f: &dyn IoFile, path: &Path, len: u64) -> Result<Vec<u8>, LogError> 
 impl Log {
     /// Creates a new log in `dir`, which must be absent or empty.
     pub fn create(dir: &Path, config: LogConfig) -> Result<Log, LogError> {
-        Log::create_with_fs(dir, config, Arc::new(RealFs))
+        let fs = config.file_system();
+        Log::create_with_fs(dir, config, fs)
     }
 
     /// Opens an existing log: lists the sealed segments (each is opened and checked on the
     /// first read touching it, and by `verify`), scans the unsealed ones, and cuts a torn tail
     /// (keeping a copy beside it).
     pub fn open(dir: &Path, config: LogConfig) -> Result<(Log, Recovery), LogError> {
-        Log::open_with_fs(dir, config, Arc::new(RealFs))
+        let fs = config.file_system();
+        Log::open_with_fs(dir, config, fs)
     }
 
     /// Like [`Log::open`], but `mark` is a record Location the caller knows was durable and
@@ -528,7 +543,8 @@ impl Log {
         config: LogConfig,
         mark: Location,
     ) -> Result<(Log, Recovery), LogError> {
-        Log::open_inner(dir, config, Arc::new(RealFs), Some(mark), None)
+        let fs = config.file_system();
+        Log::open_inner(dir, config, fs, Some(mark), None)
     }
 
     /// Like [`Log::open_from`] (with `mark` optional), where `referenced` is the newest record
@@ -542,7 +558,8 @@ impl Log {
         mark: Option<Location>,
         referenced: Option<Location>,
     ) -> Result<(Log, Recovery), LogError> {
-        Log::open_inner(dir, config, Arc::new(RealFs), mark, referenced)
+        let fs = config.file_system();
+        Log::open_inner(dir, config, fs, mark, referenced)
     }
 
     /// [`Log::create`] over a chosen file system (fault injection in tests).
@@ -866,6 +883,7 @@ impl Log {
             seal: Mutex::new(SealState::default()),
             seal_cv: Condvar::new(),
             written_seq: AtomicU64::new(0),
+            poisoned: AtomicBool::new(false),
         });
         let worker = Arc::clone(&shared);
         let thread = std::thread::Builder::new()
@@ -978,6 +996,24 @@ impl Log {
                 Seg::Active(_) => None,
             })
             .collect()
+    }
+
+    /// True after a failed write or sync: appends fail until the log is reopened. One atomic
+    /// load, no lock: callers may ask on every request.
+    pub fn is_poisoned(&self) -> bool {
+        self.shared.poisoned.load(Ordering::Acquire)
+    }
+
+    /// For a poisoned log about to be dropped and opened again: cuts the newest segment back
+    /// to the end of the last batch a completed fdatasync covered, and syncs the cut. After a
+    /// failed fdatasync the kernel may keep the unwritten pages in the page cache as clean
+    /// (and report no error again), so an open would read batches there that never reach the
+    /// disk; none of them was acknowledged, so cutting them loses nothing promised and the
+    /// open trusts only durable bytes. With `NoSyncBulkImport` it cuts nothing (appends were
+    /// acknowledged before any sync). Refused (`InvalidArgument`) on a healthy log; the log
+    /// stays poisoned either way.
+    pub fn cut_unsynced(&self) -> Result<(), LogError> {
+        self.shared.cut_unsynced()
     }
 
     /// Waits until every rolled segment has been sealed (or failed to), and returns the last
@@ -1198,6 +1234,34 @@ impl Shared {
         if w.poisoned.is_none() {
             w.poisoned = Some(e.to_string());
         }
+        self.poisoned.store(true, Ordering::Release);
+    }
+
+    fn cut_unsynced(&self) -> Result<(), LogError> {
+        let mut w = lock(&self.writer);
+        if w.poisoned.is_none() {
+            return Err(LogError::invalid(
+                "cut_unsynced is for a poisoned log; this one takes appends",
+            ));
+        }
+        if self.config.durability != Durability::Sync {
+            // Bulk import acknowledged its appends before any sync: cutting to the last sync
+            // would drop acknowledged ones, and it promises nothing across a failure anyway.
+            return Ok(());
+        }
+        let keep = w.synced;
+        w.buf.clear();
+        let r = w
+            .file
+            .set_len(keep)
+            .and_then(|()| w.file.sync_data())
+            .map_err(|e| LogError::io(&w.path, "cut the unsynced tail", e));
+        if r.is_ok() {
+            w.written = keep;
+            w.flushed = keep;
+            w.file_end = keep;
+        }
+        r
     }
 
     fn append(&self, batch: &[Record<'_>]) -> Result<Vec<Location>, LogError> {

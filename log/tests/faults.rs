@@ -61,6 +61,38 @@ fn failed_fdatasync_poisons_until_reopen() {
 }
 
 #[test]
+fn cut_unsynced_drops_the_batch_whose_fdatasync_failed() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("l");
+    let (fs, faults) = FaultyFs::new();
+    // Through the config, as the engine opens its logs.
+    let c = LogConfig {
+        fs: Some(Arc::new(fs)),
+        ..cfg(1 << 20)
+    };
+    let log = Log::create(&d, c.clone()).unwrap();
+    assert!(!log.is_poisoned());
+    assert!(log.cut_unsynced().is_err(), "refused on a healthy log");
+    for i in 0..3u8 {
+        log.append(&rec(&[i; 10])).unwrap();
+    }
+    faults.arm(Op::Sync, 0, Injected::NoSpace);
+    assert_eq!(
+        log.append(&rec(b"unsynced")).unwrap_err().kind(),
+        ErrorKind::Io
+    );
+    assert!(log.is_poisoned());
+    log.cut_unsynced().unwrap();
+    drop(log);
+    // The page cache still held the failed batch; after the cut the open never sees it.
+    let (log, _) = Log::open(&d, c).unwrap();
+    assert!(!log.is_poisoned());
+    assert_eq!(payloads(&log), [[0u8; 10], [1; 10], [2; 10]]);
+    log.append(&rec(b"after reopen")).unwrap();
+    assert_eq!(payloads(&log).len(), 4);
+}
+
+#[test]
 fn short_write_poisons_and_is_cut_on_reopen() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().join("l");

@@ -331,3 +331,46 @@ fn every_entry_bit_flip_is_refused_with_its_offset() {
         ErrorKind::Corrupt
     );
 }
+
+#[test]
+fn sync_in_three_steps_keeps_entries_pushed_meanwhile() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("x.idx");
+    let mut ix = FixedIndex::create(&p, TAG, 24).unwrap();
+    fill(&mut ix, 0, 10);
+    let pending = ix.begin_sync().unwrap();
+    assert!(!pending.is_empty());
+    // Entries pushed while the write runs (no lock held) stay in memory, readable.
+    fill(&mut ix, 10, 15);
+    let done = pending.write().unwrap();
+    assert_eq!(done.durable_len(), 10);
+    check_all(&ix, 15);
+    ix.finish_sync(Ok(done)).unwrap();
+    assert_eq!(ix.durable_len(), 10);
+    check_all(&ix, 15);
+    ix.sync().unwrap();
+    assert_eq!(ix.durable_len(), 15);
+    drop(ix);
+    check_all(&FixedIndex::open(&p, TAG, 24).unwrap(), 15);
+}
+
+#[test]
+fn sync_begun_before_a_truncate_is_refused_and_changes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("x.idx");
+    let mut ix = FixedIndex::create(&p, TAG, 8).unwrap();
+    fill(&mut ix, 0, 4);
+    let pending = ix.begin_sync().unwrap();
+    ix.truncate(2).unwrap();
+    let done = pending.write().unwrap();
+    let e = ix.finish_sync(Ok(done)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+    assert_eq!(ix.durable_len(), 0);
+    check_all(&ix, 2);
+    // A failed write poisons, as a failed `sync` does.
+    let pending = ix.begin_sync().unwrap();
+    drop(pending);
+    let err = IndexError::io(&p, "fdatasync", std::io::Error::from_raw_os_error(28));
+    assert!(ix.finish_sync(Err(err)).is_err());
+    assert!(matches!(ix.sync(), Err(IndexError::Poisoned { .. })));
+}
