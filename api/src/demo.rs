@@ -92,16 +92,28 @@ pub fn run(root: &Path) -> Result<(), ApiError> {
     })?;
     println!("Root        {} (opened in {})", root.display(), ms(t));
 
-    let existing = call(&host, "sessions", json!({}))?;
-    let n = existing.as_array().map_or(0, |l| {
-        l.iter()
-            .filter(|s| {
-                s["sessionId"]
-                    .as_str()
-                    .is_some_and(|id| id.starts_with("demo-"))
-            })
-            .count()
-    });
+    // The next free `demo-N`: pages by id from "demo-" on.
+    let mut n = 0;
+    let mut after = json!("demo-");
+    loop {
+        let page = call(
+            &host,
+            "sessions",
+            json!({"order": "id", "after": after, "limit": 1024}),
+        )?;
+        let ids: Vec<&str> = page["sessions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|s| s["sessionId"].as_str())
+            .collect();
+        let demos = ids.iter().take_while(|id| id.starts_with("demo-")).count();
+        n += demos;
+        after = page["nextAfter"].clone();
+        if demos < ids.len() || after.is_null() {
+            break;
+        }
+    }
     let session = format!("demo-{}", n + 1);
     let t = Instant::now();
     call(

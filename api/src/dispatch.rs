@@ -54,6 +54,7 @@ pub const METHODS: &[&str] = &[
     "readPatch",
     "verify",
     "recoveries",
+    "setTitle",
 ];
 
 pub fn is_waiting(method: &str) -> bool {
@@ -173,7 +174,8 @@ pub fn call(
     let root = host.root();
     match method {
         "createSession" => out(root.create_session(parse(params)?)?),
-        "sessions" => out(root.sessions()?),
+        "sessions" => out(root.sessions_page(parse(params)?)?),
+        "setTitle" => out(root.set_title(parse(params)?)?),
         "verify" => out(root.verify()?),
         "recoveries" => out(root.recoveries()),
         "append" => out(root.append(parse(params)?)?),

@@ -411,8 +411,8 @@ impl Harness {
     /// Checks after a restart, then repeats unanswered and sampled answered mutations.
     fn check_and_repeat(&mut self, s: &mut Server, last_burst: std::ops::Range<usize>) {
         let cycle = self.cycle;
-        let listed: Vec<String> = s
-            .ok("sessions", json!({}))
+        let listed: Vec<String> = s.ok("sessions", json!({"order": "id", "limit": 1024}))
+            ["sessions"]
             .as_array()
             .unwrap()
             .iter()
@@ -559,8 +559,8 @@ impl Harness {
         }
 
         // 4. Every Session's events tile exactly into the receipts.
-        let listed: Vec<String> = s
-            .ok("sessions", json!({}))
+        let listed: Vec<String> = s.ok("sessions", json!({"order": "id", "limit": 1024}))
+            ["sessions"]
             .as_array()
             .unwrap()
             .iter()

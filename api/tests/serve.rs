@@ -155,7 +155,8 @@ fn write_read_page_and_restart() {
     let again = s.ok("send", json!({"sessionId": "s1", "operation": "send-0", "text": "question 0: why does the tombstone stay?", "attachments": []}));
     assert_eq!(again["sequence"], 2);
     let sessions = s.ok("sessions", json!({}));
-    assert_eq!(sessions.as_array().unwrap().len(), 1);
+    assert_eq!(sessions["sessions"].as_array().unwrap().len(), 1);
+    assert!(sessions["nextAfter"].is_null());
 }
 
 #[test]

@@ -140,6 +140,13 @@ pub struct ContextTool {
     pub estimated_tokens: u64,
 }
 
+/// A title given to the Session (`setTitle`); the latest one is the Session's title.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TitleSet {
+    pub title: String,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ContextPrepared {
@@ -161,6 +168,7 @@ pub enum Event {
     InteractionRequested(InteractionRequested),
     InteractionResolved(InteractionResolved),
     ContextPrepared(ContextPrepared),
+    TitleSet(TitleSet),
 }
 
 impl Event {
@@ -176,6 +184,7 @@ impl Event {
             Event::InteractionRequested(_) => "interactionRequested",
             Event::InteractionResolved(_) => "interactionResolved",
             Event::ContextPrepared(_) => "contextPrepared",
+            Event::TitleSet(_) => "titleSet",
         }
     }
 }
@@ -216,6 +225,7 @@ enum EventTagged<'a> {
     InteractionRequested(&'a InteractionRequested),
     InteractionResolved(&'a InteractionResolved),
     ContextPrepared(&'a ContextPrepared),
+    TitleSet(&'a TitleSet),
 }
 
 /// Disk form: the variant index is the on-disk event tag (format.md); append new kinds at the end.
@@ -230,6 +240,7 @@ enum EventBinRef<'a> {
     InteractionRequested(&'a InteractionRequested),
     InteractionResolved(&'a InteractionResolved),
     ContextPrepared(&'a ContextPrepared),
+    TitleSet(&'a TitleSet),
 }
 
 #[derive(Deserialize)]
@@ -243,6 +254,7 @@ enum EventBin {
     InteractionRequested(InteractionRequested),
     InteractionResolved(InteractionResolved),
     ContextPrepared(ContextPrepared),
+    TitleSet(TitleSet),
 }
 
 impl Serialize for Event {
@@ -258,6 +270,7 @@ impl Serialize for Event {
                 Event::InteractionRequested(e) => EventTagged::InteractionRequested(e),
                 Event::InteractionResolved(e) => EventTagged::InteractionResolved(e),
                 Event::ContextPrepared(e) => EventTagged::ContextPrepared(e),
+                Event::TitleSet(e) => EventTagged::TitleSet(e),
             }
             .serialize(s)
         } else {
@@ -271,6 +284,7 @@ impl Serialize for Event {
                 Event::InteractionRequested(e) => EventBinRef::InteractionRequested(e),
                 Event::InteractionResolved(e) => EventBinRef::InteractionResolved(e),
                 Event::ContextPrepared(e) => EventBinRef::ContextPrepared(e),
+                Event::TitleSet(e) => EventBinRef::TitleSet(e),
             }
             .serialize(s)
         }
@@ -309,6 +323,7 @@ struct EventWire {
     tools: Option<Vec<ContextTool>>,
     #[serde(default, deserialize_with = "present_raw")]
     provider_usage: Option<RawJson>,
+    title: Option<String>,
 }
 
 /// A raw field that is present (even as `null`) is `Some`; only an absent one is `None`.
@@ -333,6 +348,7 @@ impl<'de> Deserialize<'de> for Event {
                 EventBin::InteractionRequested(e) => Event::InteractionRequested(e),
                 EventBin::InteractionResolved(e) => Event::InteractionResolved(e),
                 EventBin::ContextPrepared(e) => Event::ContextPrepared(e),
+                EventBin::TitleSet(e) => Event::TitleSet(e),
             });
         }
         let w = EventWire::deserialize(d)?;
@@ -384,10 +400,12 @@ impl<'de> Deserialize<'de> for Event {
                 tools: w.tools.unwrap_or_default(),
                 provider_usage: w.provider_usage,
             }),
+            "titleSet" => Event::TitleSet(TitleSet { title: need(w.title, k, "title")? }),
             other => {
                 return Err(D::Error::custom(format!(
                     "unknown event kind `{other}`; known kinds: sessionCreated, userMessage, modelCompletion, \
-                     toolResult, turnSettled, stopRequested, interactionRequested, interactionResolved, contextPrepared"
+                     toolResult, turnSettled, stopRequested, interactionRequested, interactionResolved, contextPrepared, \
+                     titleSet"
                 )))
             }
         })

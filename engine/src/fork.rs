@@ -170,6 +170,7 @@ pub(crate) fn load_record(
         branch: Some(r.branch.clone()),
         layered,
         slot: Default::default(),
+        summary: Default::default(),
     };
     Ok((r.session_id.clone(), entry, r))
 }
@@ -294,6 +295,13 @@ fn state_at(s: &State, through: u64) -> State {
         }
         out.interactions.insert(id.clone(), st);
     }
+    out.titles = s
+        .titles
+        .iter()
+        .filter(|(q, _)| *q <= through)
+        .cloned()
+        .collect();
+    out.first_line = s.first_line.clone().filter(|(q, _)| *q <= through);
     out.internal_calls = s
         .internal_calls
         .iter()
@@ -506,6 +514,7 @@ impl Root {
                     branch: Some(branch.clone()),
                     layered: true,
                     slot: Default::default(),
+                    summary: Arc::new(crate::catalog::Summary::created_now()),
                 },
             );
             drop(reg);

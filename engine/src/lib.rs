@@ -59,6 +59,7 @@
 #![forbid(unsafe_code)]
 
 mod blobs;
+mod catalog;
 mod cursor;
 pub mod diagnostics;
 mod error;
@@ -77,6 +78,7 @@ mod session;
 mod state;
 pub mod validate;
 
+pub use catalog::{CATALOG_FORMAT_VERSION, CATALOG_MAGIC};
 pub use cursor::CURSOR_VERSION;
 pub use diagnostics::{
     Diagnostic, DiagnosticCause, DiagnosticKind, DiagnosticsPage, DiagnosticsParams,
@@ -110,4 +112,4 @@ pub use search::{
     SEARCH_SCAN_ROWS_MAX,
 };
 pub use session::CHECKPOINT_LOG_BYTES;
-pub use state::{CHECKPOINT_FORMAT_VERSION, CHECKPOINT_MAGIC};
+pub use state::{CHECKPOINT_FORMAT_VERSION, CHECKPOINT_MAGIC, TITLE_FROM_MESSAGE_CHARS_MAX};

@@ -39,10 +39,68 @@ pub struct SessionInfo {
     pub workspace: Option<String>,
     pub revision: u64,
     pub branch: Option<Branch>,
+    /// The latest `setTitle`, else the first line of the first user message (at most 80
+    /// characters), else null.
+    pub title: Option<String>,
+    /// Milliseconds since the Unix epoch.
+    pub created_at: u64,
+    /// Milliseconds since the Unix epoch of the Session's last mutation.
+    pub last_activity_at: u64,
+    /// Rows of the Session's history (internal tool rows included).
+    pub rows: u64,
+    /// Bytes the Session's own files take on disk.
+    pub bytes: u64,
     /// Set when the Session cannot be opened (its `revision` is then 0): the error it
     /// answers, so a listing shows it instead of failing for every Session.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub damage: Option<DamageNote>,
+}
+
+/// Order of a `sessions` page.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum SessionOrder {
+    /// Newest activity first (ties by id).
+    #[default]
+    LastActivity,
+    /// By session id.
+    Id,
+}
+
+/// Sessions listed per page when `limit` is not given.
+pub const SESSIONS_PAGE_DEFAULT: u32 = 128;
+/// Most Sessions listed per page.
+pub const SESSIONS_PAGE_MAX: u32 = 1024;
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionsParams {
+    /// `nextAfter` of the previous page.
+    #[serde(default)]
+    pub after: Option<String>,
+    #[serde(default)]
+    pub limit: Option<u32>,
+    /// Only Sessions with exactly this workspace.
+    #[serde(default)]
+    pub workspace: Option<String>,
+    #[serde(default)]
+    pub order: Option<SessionOrder>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SessionsPage {
+    pub sessions: Vec<SessionInfo>,
+    /// The cursor of the next page; null on the last.
+    pub next_after: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SetTitleParams {
+    pub session_id: String,
+    pub operation: String,
+    pub title: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,6 +1,7 @@
 //! The Root: header, writer lock, the Root log of Sessions, the blob store, and the public API.
 
 use crate::blobs::BlobStore;
+use crate::catalog::{Detail, Summary};
 use crate::error::EngineError;
 use crate::event::{
     AttachmentMeta, Branch, Event, InteractionResolved, StopRequested, UserMessage,
@@ -118,6 +119,8 @@ pub(crate) struct Entry {
     /// A layered fork: `branch` is its base, read from the source (see `crate::fork`).
     pub(crate) layered: bool,
     pub(crate) slot: SessionSlot,
+    /// What listings show without opening the Session (see `crate::catalog`).
+    pub(crate) summary: Arc<Summary>,
 }
 
 #[derive(Default)]
@@ -496,10 +499,19 @@ impl Root {
                     branch: r.branch.clone(),
                     layered: false,
                     slot: Arc::default(),
+                    summary: Arc::default(),
                 },
             );
             last = Some(r);
             last_fork = None;
+        }
+        // Listing facts saved by the last clean close (taken: never trusted after a crash).
+        if let Some(saved) = crate::catalog::take(dir)? {
+            for (id, s) in saved {
+                if let Some(e) = registry.sessions.get_mut(&id) {
+                    e.summary = Arc::new(Summary::from_saved(s));
+                }
+            }
         }
         let shared = Arc::new(Shared {
             dir: dir.to_owned(),
@@ -632,6 +644,7 @@ impl Root {
                     branch: None,
                     layered: false,
                     slot: Arc::default(),
+                    summary: Arc::new(Summary::created_now()),
                 },
             );
         }
@@ -655,27 +668,169 @@ impl Root {
             .collect())
     }
 
+    /// One page of Sessions: newest activity first (or by id), optionally only those of one
+    /// workspace. Only the Sessions on the page whose facts changed since they were last
+    /// read are opened; the others are answered from the catalog.
+    pub fn sessions_page(&self, p: SessionsParams) -> Result<SessionsPage, EngineError> {
+        let limit = p.limit.unwrap_or(SESSIONS_PAGE_DEFAULT);
+        if limit == 0 || limit > SESSIONS_PAGE_MAX {
+            return Err(EngineError::invalid(format!(
+                "limit must be 1 to {SESSIONS_PAGE_MAX}, got {limit}"
+            )));
+        }
+        let order = p.order.unwrap_or_default();
+        let mut listed: Vec<(String, Arc<Summary>)> = {
+            let reg = lock(&self.shared.registry);
+            reg.sessions
+                .iter()
+                .filter(|(_, e)| p.workspace.is_none() || e.workspace == p.workspace)
+                .map(|(id, e)| (id.clone(), Arc::clone(&e.summary)))
+                .collect()
+        };
+        let sessions_dir = self.shared.dir.join(SESSIONS_DIR);
+        let key = |last: u64, id: &str| (std::cmp::Reverse(last), id.to_owned());
+        let start = match order {
+            SessionOrder::Id => {
+                // The registry iterates in id order already.
+                match &p.after {
+                    Some(after) => listed.partition_point(|(id, _)| id.as_str() <= after.as_str()),
+                    None => 0,
+                }
+            }
+            SessionOrder::LastActivity => {
+                for (id, s) in &listed {
+                    s.fill_times(&sessions_dir.join(id));
+                }
+                let mut keyed: Vec<_> = listed
+                    .drain(..)
+                    .map(|(id, s)| (key(s.last_ms.load(Ordering::Acquire), &id), id, s))
+                    .collect();
+                keyed.sort_by(|a, b| a.0.cmp(&b.0));
+                let start = match &p.after {
+                    Some(after) => {
+                        let (last, id) = after
+                            .split_once(':')
+                            .and_then(|(t, id)| Some((t.parse::<u64>().ok()?, id)))
+                            .ok_or_else(|| {
+                                EngineError::invalid(format!(
+                                    "after {after:?} is not a nextAfter of a lastActivity page"
+                                ))
+                            })?;
+                        let k = key(last, id);
+                        keyed.partition_point(|(kk, _, _)| *kk <= k)
+                    }
+                    None => 0,
+                };
+                listed = keyed.into_iter().map(|(_, id, s)| (id, s)).collect();
+                start
+            }
+        };
+        let end = (start + limit as usize).min(listed.len());
+        let sessions: Vec<SessionInfo> = listed[start..end]
+            .iter()
+            .filter_map(|(id, _)| self.session_info(id).ok())
+            .collect();
+        let next_after = (end < listed.len())
+            .then(|| listed.get(end.wrapping_sub(1)))
+            .flatten()
+            .map(|(id, s)| match order {
+                SessionOrder::Id => id.clone(),
+                SessionOrder::LastActivity => {
+                    format!("{}:{id}", s.last_ms.load(Ordering::Acquire))
+                }
+            });
+        Ok(SessionsPage {
+            sessions,
+            next_after,
+        })
+    }
+
     /// One Session's listing entry; `damage` set when it cannot be opened.
     pub fn session_info(&self, session_id: &str) -> Result<SessionInfo, EngineError> {
-        let (workspace, branch) = {
+        let (workspace, branch, summary) = {
             let reg = lock(&self.shared.registry);
             let e = reg
                 .sessions
                 .get(session_id)
                 .ok_or_else(|| EngineError::not_found(format!("Session {session_id}")))?;
-            (e.workspace.clone(), e.branch.clone())
+            (
+                e.workspace.clone(),
+                e.branch.clone(),
+                Arc::clone(&e.summary),
+            )
         };
-        let (revision, damage) = match self.session(session_id) {
-            Ok(s) => (s.read().state.revision, None),
-            Err(e) => (0, Some(DamageNote::of(Some(session_id), &e))),
+        let dir = self.shared.dir.join(SESSIONS_DIR).join(session_id);
+        summary.fill_times(&dir);
+        let (detail, damage) = match self.fresh_detail(session_id, &summary, &dir) {
+            Ok(d) => (d, None),
+            Err(e) => (
+                Detail::default(),
+                Some(DamageNote::of(Some(session_id), &e)),
+            ),
         };
         Ok(SessionInfo {
             session_id: session_id.to_owned(),
             workspace,
-            revision,
+            revision: detail.revision,
             branch,
+            title: detail.title,
+            created_at: summary.created_ms.load(Ordering::Acquire),
+            last_activity_at: summary.last_ms.load(Ordering::Acquire),
+            rows: detail.rows,
+            bytes: detail.bytes,
             damage,
         })
+    }
+
+    /// The Session's listing facts: from the catalog when they are as new as its last
+    /// activity, else read from the (opened) Session and remembered.
+    fn fresh_detail(&self, id: &str, summary: &Summary, dir: &Path) -> Result<Detail, EngineError> {
+        let at_ms = summary.last_ms.load(Ordering::Acquire);
+        if let Some(d) = lock(&summary.detail).as_ref().filter(|d| d.at_ms >= at_ms) {
+            return Ok(d.clone());
+        }
+        let s = self.session(id)?;
+        let detail = {
+            let inner = s.read();
+            Detail {
+                at_ms,
+                revision: inner.state.revision,
+                rows: inner.row_count(),
+                title: inner.state.title().map(str::to_owned),
+                bytes: 0,
+            }
+        };
+        let detail = Detail {
+            bytes: crate::catalog::bytes_on_disk(dir),
+            ..detail
+        };
+        *lock(&summary.detail) = Some(detail.clone());
+        Ok(detail)
+    }
+
+    /// Gives the Session a title (a `titleSet` event): a mutation like the others.
+    pub fn set_title(&self, p: SetTitleParams) -> Result<SequenceResult, EngineError> {
+        validate_id("operation", &p.operation)?;
+        crate::validate::validate_title(&p.title)?;
+        let s = self.session(&p.session_id)?;
+        let params = records::params_digest("setTitle", &p.title);
+        let title = p.title;
+        let mut build = |_: &State, first: u64| {
+            Ok((
+                vec![Prepared::new(Event::TitleSet(crate::event::TitleSet {
+                    title: title.clone(),
+                }))],
+                Outcome::Sequence { sequence: first },
+            ))
+        };
+        match s.mutate(Mutation {
+            operation: &p.operation,
+            params,
+            build: &mut build,
+        })? {
+            Outcome::Sequence { sequence } => Ok(SequenceResult { sequence }),
+            _ => Err(reused(&p.operation)),
+        }
     }
 
     /// The torn tails that opens in this process cut (also passed to
@@ -1170,7 +1325,7 @@ impl Shared {
     }
 
     pub(crate) fn session(&self, id: &str) -> Result<Arc<Session>, EngineError> {
-        let (slot, layered, plain) = {
+        let (slot, layered, plain, summary) = {
             let reg = lock(&self.registry);
             let e = reg
                 .sessions
@@ -1179,7 +1334,7 @@ impl Shared {
             let layered = if e.layered { e.branch.clone() } else { None };
             // A Session made by createSession (not a fork): its workspace.
             let plain = e.branch.is_none().then(|| e.workspace.clone());
-            (e.slot.clone(), layered, plain)
+            (e.slot.clone(), layered, plain, Arc::clone(&e.summary))
         };
         let mut slot = lock(&slot);
         if let Some(s) = slot.as_ref() {
@@ -1234,6 +1389,8 @@ impl Shared {
         if self.options.search_indexing == SearchIndexing::OnSearch {
             s.index_search_on_search();
         }
+        // Appends mark the Session's last activity in the catalog.
+        let _ = s.activity.set(summary);
         if let Some(c) = &s.cut {
             self.options.progress.notice(&c.to_string());
             lock(&self.cuts).push(c.clone());
@@ -1409,5 +1566,32 @@ impl Drop for Root {
         for s in lock(&self.shared.opened).iter() {
             s.search.save_tail(s, pairs_min);
         }
+        // The listing facts go to the catalog snapshot, read back by the next open.
+        let ids: Vec<String> = lock(&self.shared.registry)
+            .sessions
+            .keys()
+            .cloned()
+            .collect();
+        for id in ids.iter().filter(|id| self.is_open(id)) {
+            let _ = self.session_info(id);
+        }
+        let saved: Vec<(String, crate::catalog::Saved)> = lock(&self.shared.registry)
+            .sessions
+            .iter()
+            .map(|(id, e)| (id.clone(), e.summary.saved()))
+            .collect();
+        let _ = crate::catalog::save(&self.shared.dir, &saved);
+    }
+}
+
+impl Root {
+    /// True when Session `id` is open now (listing it then costs no open).
+    fn is_open(&self, id: &str) -> bool {
+        let slot = match lock(&self.shared.registry).sessions.get(id) {
+            Some(e) => Arc::clone(&e.slot),
+            None => return false,
+        };
+        let open = lock(&slot).is_some();
+        open
     }
 }

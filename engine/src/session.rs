@@ -103,7 +103,7 @@ fn entry_loc(b: &[u8], at: usize) -> Location {
 }
 
 /// The event kind code stored in `seq.idx` (index of the kind in [`EVENT_KINDS`]).
-pub(crate) const EVENT_KINDS: [&str; 9] = [
+pub(crate) const EVENT_KINDS: [&str; 10] = [
     "sessionCreated",
     "userMessage",
     "modelCompletion",
@@ -113,6 +113,7 @@ pub(crate) const EVENT_KINDS: [&str; 9] = [
     "interactionRequested",
     "interactionResolved",
     "contextPrepared",
+    "titleSet",
 ];
 
 fn kind_code(e: &Event) -> u8 {
@@ -416,6 +417,8 @@ pub(crate) struct Session {
     search_on_search: AtomicBool,
     /// The torn tail this open cut from the log, if any (reported by the Root, never silent).
     pub(crate) cut: Option<crate::params::CutNote>,
+    /// The Root's catalog entry of this Session: appends mark its last activity.
+    pub(crate) activity: std::sync::OnceLock<Arc<crate::catalog::Summary>>,
     /// Serialises index syncs and checkpoints (never taken by readers or mutations).
     sync: Mutex<SyncMark>,
     /// Log payload bytes appended since open, counting the tail replayed at open: the
@@ -544,6 +547,7 @@ impl Session {
             progress,
             search_on_search: AtomicBool::new(false),
             cut,
+            activity: std::sync::OnceLock::new(),
             sync: Mutex::new(SyncMark::default()),
             appended_bytes: AtomicU64::new(0),
             failed: AtomicBool::new(false),
@@ -1202,6 +1206,9 @@ impl Session {
             }
         }
         self.dirty.store(true, Ordering::Release);
+        if let Some(a) = self.activity.get() {
+            a.touch();
+        }
         let last = first + n as u64 - 1;
         *self.revision.lock().unwrap_or_else(|p| p.into_inner()) = last.max(first - 1);
         self.appended.notify_all();

@@ -28,7 +28,7 @@ use std::path::Path;
 /// Magic bytes of a state checkpoint file.
 pub const CHECKPOINT_MAGIC: [u8; 8] = *b"LBSTATE\0";
 /// Version of the state checkpoint file.
-pub const CHECKPOINT_FORMAT_VERSION: u32 = 3;
+pub const CHECKPOINT_FORMAT_VERSION: u32 = 4;
 const CHECKPOINT_HEADER_BYTES: usize = 32;
 /// Largest checkpoint payload accepted on load, in bytes.
 pub const CHECKPOINT_PAYLOAD_BYTES_MAX: u64 = 1 << 30;
@@ -72,6 +72,27 @@ pub(crate) struct State {
     pub internal_calls: BTreeMap<String, u64>,
     /// Sequences of `contextPrepared` events, ascending.
     pub contexts: Vec<u64>,
+    /// Every `titleSet` (sequence, title), ascending: the last is the Session's title. Kept
+    /// whole so a fork's state at its fence needs no replay (titles are few and short).
+    pub titles: Vec<(u64, String)>,
+    /// The first user message's title line (sequence, text): the title when none was set.
+    pub first_line: Option<(u64, String)>,
+}
+
+/// Most characters of the title taken from the first user message.
+pub const TITLE_FROM_MESSAGE_CHARS_MAX: usize = 80;
+
+/// The title a user message gives a Session that has none set: its first line, at most
+/// [`TITLE_FROM_MESSAGE_CHARS_MAX`] characters (cut on a character boundary); None when the
+/// line is empty.
+pub(crate) fn title_line(text: &str) -> Option<String> {
+    let line = text.lines().next().unwrap_or("").trim_end_matches('\r');
+    let cut = line
+        .char_indices()
+        .nth(TITLE_FROM_MESSAGE_CHARS_MAX)
+        .map_or(line.len(), |(i, _)| i);
+    let t = &line[..cut];
+    (!t.is_empty()).then(|| t.to_owned())
 }
 
 impl State {
@@ -90,6 +111,9 @@ impl State {
                     },
                 );
                 self.queue.insert(sequence, m.invocation.clone());
+                if self.first_line.is_none() {
+                    self.first_line = title_line(&m.text).map(|t| (sequence, t));
+                }
             }
             Event::TurnSettled(t) => {
                 if let Some(inv) = self.invocations.get_mut(&t.invocation) {
@@ -129,8 +153,17 @@ impl State {
                 }
             }
             Event::ContextPrepared(_) => self.contexts.push(sequence),
+            Event::TitleSet(t) => self.titles.push((sequence, t.title.clone())),
             Event::SessionCreated(_) | Event::ToolResult(_) | Event::StopRequested(_) => {}
         }
+    }
+
+    /// The Session's title: the latest `setTitle`, else the first user message's first line.
+    pub(crate) fn title(&self) -> Option<&str> {
+        self.titles
+            .last()
+            .map(|(_, t)| t.as_str())
+            .or(self.first_line.as_ref().map(|(_, t)| t.as_str()))
     }
 
     /// Is a row of this tool call (or its result) hidden?

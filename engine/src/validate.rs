@@ -71,6 +71,20 @@ fn validate_digest(what: &str, d: &str) -> Result<(), EngineError> {
     }
 }
 
+/// Most bytes of a Session title.
+pub const TITLE_BYTES_MAX: usize = 1024;
+
+/// A title is 1 to [`TITLE_BYTES_MAX`] bytes of UTF-8 without control characters.
+pub fn validate_title(title: &str) -> Result<(), EngineError> {
+    if title.is_empty() || title.len() > TITLE_BYTES_MAX || title.chars().any(char::is_control) {
+        return Err(EngineError::invalid(format!(
+            "title must be 1 to {TITLE_BYTES_MAX} bytes without control characters (one line), got {} bytes",
+            title.len()
+        )));
+    }
+    Ok(())
+}
+
 /// Structural checks of one event given by a client (`index` names it in messages).
 pub fn validate_event(index: usize, e: &Event) -> Result<(), EngineError> {
     let at = |m: String| EngineError::invalid(format!("events[{index}] ({}): {m}", e.kind()));
@@ -128,6 +142,7 @@ pub fn validate_event(index: usize, e: &Event) -> Result<(), EngineError> {
         }
         Event::InteractionResolved(i) => id("interactionId", &i.interaction_id)?,
         Event::ContextPrepared(c) => id("invocation", &c.invocation)?,
+        Event::TitleSet(t) => validate_title(&t.title).map_err(|err| at(err.to_string()))?,
     }
     Ok(())
 }

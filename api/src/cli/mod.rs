@@ -36,8 +36,25 @@ pub struct Args {
 enum Command {
     /// Make a new Root (the directory must be absent or empty).
     Init,
-    /// List the Sessions of the Root.
-    Sessions,
+    /// List the Sessions of the Root, newest activity first: title, last activity, size.
+    Sessions {
+        /// Show at most this many (all when absent).
+        #[arg(long)]
+        limit: Option<u64>,
+        /// Only the Sessions of this workspace directory.
+        #[arg(long)]
+        workspace: Option<PathBuf>,
+        /// By id instead of newest activity first.
+        #[arg(long)]
+        by_id: bool,
+    },
+    /// Give a Session a title (shown by `sessions`).
+    Title {
+        session: String,
+        title: String,
+        #[arg(long)]
+        operation: Option<String>,
+    },
     /// Start a Session.
     New {
         /// The Session id (generated when absent).
@@ -239,9 +256,53 @@ fn derived_operation(prefix: &str, parts: &[&[u8]]) -> String {
 
 fn run_command(ctx: &Ctx, command: Command) -> Result<(), ApiError> {
     match command {
-        Command::Sessions => {
-            let v = ctx.call("sessions", json!({}))?;
-            ctx.print(&v, show::sessions);
+        Command::Sessions {
+            limit,
+            workspace,
+            by_id,
+        } => {
+            let mut left = limit.unwrap_or(u64::MAX);
+            let mut after = Value::Null;
+            let workspace = workspace.map(|w| std::path::absolute(&w).unwrap_or(w));
+            while left > 0 {
+                let page = ctx.call(
+                    "sessions",
+                    json!({"after": after, "limit": left.min(1024), "workspace": workspace,
+                           "order": if by_id { "id" } else { "lastActivity" }}),
+                )?;
+                left =
+                    left.saturating_sub(page["sessions"].as_array().map_or(0, |a| a.len() as u64));
+                ctx.print(&page, show::sessions);
+                after = page["nextAfter"].clone();
+                if after.is_null() {
+                    break;
+                }
+            }
+        }
+        Command::Title {
+            session,
+            title,
+            operation,
+        } => {
+            // A fresh operation per run: the same title set again later is a new mutation.
+            let operation = operation.unwrap_or_else(|| {
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default();
+                derived_operation(
+                    "cli-title",
+                    &[
+                        session.as_bytes(),
+                        &now.as_nanos().to_le_bytes(),
+                        &std::process::id().to_le_bytes(),
+                    ],
+                )
+            });
+            let v = ctx.call(
+                "setTitle",
+                json!({"sessionId": session, "operation": operation, "title": title}),
+            )?;
+            ctx.print(&v, |v| println!("titled at sequence {}", v["sequence"]));
         }
         Command::New {
             id,
@@ -388,12 +449,9 @@ fn run_command(ctx: &Ctx, command: Command) -> Result<(), ApiError> {
             turn,
             operation,
         } => {
-            let info = ctx.call("sessions", json!({}))?;
-            let revision = info
-                .as_array()
-                .and_then(|list| list.iter().find(|s| s["sessionId"] == session.as_str()))
-                .map(|s| s["revision"].clone())
-                .ok_or_else(|| ApiError::not_found(format!("no session {session:?}")))?;
+            // A history page answers the Session's current revision as its fence.
+            let page = ctx.call("history", json!({"sessionId": session, "limit": 1}))?;
+            let revision = page["through"].clone();
             let from = match &turn {
                 Some(inv) => json!({"kind": "turn", "invocation": inv}),
                 None => json!({"kind": "all"}),

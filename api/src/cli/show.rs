@@ -22,8 +22,9 @@ fn path_text(path: &Value) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
+/// One `sessions` page: id, rows, last activity (UTC), size, title; damaged ones marked.
 pub fn sessions(v: &Value) {
-    for s in v.as_array().into_iter().flatten() {
+    for s in v["sessions"].as_array().into_iter().flatten() {
         let id = s["sessionId"].as_str().unwrap_or("");
         if let Some(d) = s.get("damage").filter(|d| !d.is_null()) {
             println!(
@@ -34,10 +35,42 @@ pub fn sessions(v: &Value) {
             continue;
         }
         println!(
-            "{id:<28} revision {:<8} {}",
-            s["revision"],
-            s["workspace"].as_str().unwrap_or("(no workspace)")
+            "{id:<28} {:>7} rows  {}  {:>9}  {}",
+            s["rows"],
+            utc_minute(s["lastActivityAt"].as_u64().unwrap_or(0)),
+            human_bytes(s["bytes"].as_u64().unwrap_or(0)),
+            s["title"].as_str().unwrap_or("(untitled)")
         );
+    }
+}
+
+/// `YYYY-MM-DD HH:MM` (UTC) of milliseconds since the Unix epoch.
+fn utc_minute(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (the proleptic Gregorian calendar).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}",
+        rem / 3600,
+        rem % 3600 / 60
+    )
+}
+
+fn human_bytes(b: u64) -> String {
+    match b {
+        0..1024 => format!("{b} B"),
+        1024..1_048_576 => format!("{:.1} KiB", b as f64 / 1024.0),
+        1_048_576..1_073_741_824 => format!("{:.1} MiB", b as f64 / 1_048_576.0),
+        _ => format!("{:.1} GiB", b as f64 / 1_073_741_824.0),
     }
 }
 
@@ -155,5 +188,18 @@ pub fn git_status(v: &Value) {
     }
     for u in v["untracked"].as_array().into_iter().flatten() {
         println!("untracked {:<12} {}", "", path_text(&u["path"]));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn utc_minutes_and_sizes() {
+        assert_eq!(super::utc_minute(0), "1970-01-01 00:00");
+        // 2026-12-04 22:10:48 UTC
+        assert_eq!(super::utc_minute(1_796_422_248_000), "2026-12-04 22:10");
+        assert_eq!(super::utc_minute(951_782_400_000), "2000-02-29 00:00");
+        assert_eq!(super::human_bytes(1023), "1023 B");
+        assert_eq!(super::human_bytes(16 << 10), "16.0 KiB");
     }
 }
