@@ -1081,7 +1081,7 @@ mod tests {
         bad_option[10] = 2;
         assert!(event_record_rows(&bad_option).is_err());
         let mut bad_kind = good.clone();
-        bad_kind[1] = 9;
+        bad_kind[1] = 10;
         assert!(event_record_rows(&bad_kind).is_err());
         let mut bad_item = good.clone();
         bad_item[7] = 5;
