@@ -53,6 +53,9 @@ pub(crate) struct Summary {
     pub created_ms: AtomicU64,
     pub last_ms: AtomicU64,
     pub detail: std::sync::Mutex<Option<Detail>>,
+    /// Set when the Session failed to open (cleared when it opens): a listing shows it, and
+    /// tries the open again instead of trusting `detail`.
+    pub damage: std::sync::Mutex<Option<crate::params::DamageNote>>,
 }
 
 /// The snapshot form of a [`Summary`].
@@ -69,6 +72,7 @@ impl Summary {
             created_ms: AtomicU64::new(s.created_ms),
             last_ms: AtomicU64::new(s.last_ms),
             detail: std::sync::Mutex::new(s.detail),
+            damage: std::sync::Mutex::default(),
         }
     }
 
@@ -79,6 +83,7 @@ impl Summary {
             created_ms: AtomicU64::new(now),
             last_ms: AtomicU64::new(now),
             detail: std::sync::Mutex::default(),
+            damage: std::sync::Mutex::default(),
         }
     }
 

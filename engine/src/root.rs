@@ -2,7 +2,7 @@
 
 use crate::blobs::BlobStore;
 use crate::catalog::{Detail, Summary};
-use crate::error::EngineError;
+use crate::error::{EngineError, ErrorKind};
 use crate::event::{
     AttachmentMeta, Branch, Event, InteractionResolved, StopRequested, UserMessage,
 };
@@ -786,7 +786,11 @@ impl Root {
     /// activity, else read from the (opened) Session and remembered.
     fn fresh_detail(&self, id: &str, summary: &Summary, dir: &Path) -> Result<Detail, EngineError> {
         let at_ms = summary.last_ms.load(Ordering::Acquire);
-        if let Some(d) = lock(&summary.detail).as_ref().filter(|d| d.at_ms >= at_ms) {
+        let known_damage = lock(&summary.damage).is_some();
+        if let Some(d) = lock(&summary.detail)
+            .as_ref()
+            .filter(|d| d.at_ms >= at_ms && !known_damage)
+        {
             return Ok(d.clone());
         }
         let s = self.session(id)?;
@@ -1324,7 +1328,28 @@ impl Shared {
         }
     }
 
+    /// Session `id`, opened when it is not open; a failed open is remembered in the catalog
+    /// (listings show it) until an open succeeds.
     pub(crate) fn session(&self, id: &str) -> Result<Arc<Session>, EngineError> {
+        let opened = self.session_uncounted(id);
+        let summary = lock(&self.registry)
+            .sessions
+            .get(id)
+            .map(|e| Arc::clone(&e.summary));
+        if let Some(summary) = summary {
+            let mut damage = lock(&summary.damage);
+            match &opened {
+                Ok(_) => *damage = None,
+                Err(e) if matches!(e.kind(), ErrorKind::Corrupt | ErrorKind::UnsupportedFormat) => {
+                    *damage = Some(DamageNote::of(Some(id), e));
+                }
+                Err(_) => {}
+            }
+        }
+        opened
+    }
+
+    fn session_uncounted(&self, id: &str) -> Result<Arc<Session>, EngineError> {
         let (slot, layered, plain, summary) = {
             let reg = lock(&self.registry);
             let e = reg

@@ -139,6 +139,11 @@ fn a_damaged_session_is_listed_as_damaged_and_verify_reports_every_damage() {
     }
     let root = Root::open(&dir).expect("open");
     assert_eq!(root.revision("n").expect("n works"), 51);
+    // The listing answers from the catalog; a Session found damaged is shown so.
+    for id in ["m", "o"] {
+        let e = root.revision(id).expect_err("damaged");
+        assert_eq!(e.kind(), ErrorKind::Corrupt, "{e}");
+    }
     let list = root
         .sessions()
         .expect("the listing does not fail for the Root");
