@@ -142,6 +142,29 @@ impl EngineError {
     }
 }
 
+/// `EMFILE`: the process has as many descriptors open as its limit allows.
+const EMFILE: i32 = 24;
+/// `ENFILE`: the whole system is out of open file descriptions.
+const ENFILE: i32 = 23;
+
+impl EngineError {
+    /// True when this failure (or one it wraps, through the log or index layer) is the
+    /// process or the system running out of file descriptors: the Root then gives idle
+    /// Sessions back and tries again instead of answering it (see `Shared::with_descriptors`).
+    pub(crate) fn is_out_of_descriptors(&self) -> bool {
+        let mut at: Option<&(dyn std::error::Error + 'static)> = Some(self);
+        while let Some(e) = at {
+            if let Some(io) = e.downcast_ref::<std::io::Error>() {
+                if matches!(io.raw_os_error(), Some(EMFILE | ENFILE)) {
+                    return true;
+                }
+            }
+            at = e.source();
+        }
+        false
+    }
+}
+
 fn map_log_kind(kind: logbook_log::ErrorKind) -> ErrorKind {
     use logbook_log::ErrorKind as K;
     match kind {

@@ -19,7 +19,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -71,6 +71,10 @@ pub struct RootOptions {
     /// search after the next open indexes only the rows appended since. Smaller ones are
     /// rebuilt from the log by that search (quick: about 3 MB of text at the default).
     pub search_tail_save_pairs_min: u64,
+    /// Most Sessions kept open at once: past it, opening one more first closes the least
+    /// recently used idle ones (see [`open_sessions_budget`]). The default follows the
+    /// process's descriptor limit.
+    pub open_sessions_max: usize,
     /// The file system under every Session log; `None` is the real one. For fault injection
     /// in tests (see `logbook_log::io::FaultyFs`).
     #[doc(hidden)]
@@ -79,6 +83,47 @@ pub struct RootOptions {
 
 /// Default [`RootOptions::block_cache_bytes`]: 1,024 blocks of 64 KiB.
 pub const BLOCK_CACHE_BYTES: usize = 64 << 20;
+
+/// File descriptors one open Session holds while idle: its log's active segment, `seq.idx`,
+/// `row.idx` and `receipt.idx` (measured by `engine/tests/open_sessions.rs`, which fails when
+/// this falls behind). Sealed segments that a read reaches, a diagnostics log and search
+/// postings being written add a few more for a while.
+pub const SESSION_DESCRIPTORS: u64 = 4;
+
+/// Descriptors the open-Session budget leaves for everything else: the Root's own (writer
+/// lock, Root log, blob store writes, staging of new Sessions), the server's streams, git and
+/// workspace reads, and the sealed segments and postings files that Sessions open for a while.
+pub const DESCRIPTORS_RESERVED: u64 = 96;
+
+/// Fewest Sessions the cache keeps open, however low the descriptor limit (below this many
+/// the Root cannot work well anyway; running out of descriptors is still retried).
+pub const OPEN_SESSIONS_MIN: usize = 4;
+
+/// Most Sessions the cache keeps open, however high the descriptor limit: each open Session
+/// costs threads and memory too (see `docs/format.md`, "What an open Session costs").
+pub const OPEN_SESSIONS_MAX: usize = 256;
+
+/// Bytes the open Sessions together may hold in memory (event caches and mapped indexes,
+/// see `Session::resident_bytes`) before opening one more closes idle ones.
+pub const OPEN_SESSIONS_BYTES_MAX: u64 = 256 << 20;
+
+/// Times one call gives idle Sessions back and tries again after running out of file
+/// descriptors, before it answers `io`.
+pub const DESCRIPTOR_RETRIES_MAX: u32 = 8;
+
+/// The default [`RootOptions::open_sessions_max`]: what the soft `RLIMIT_NOFILE` leaves after
+/// [`DESCRIPTORS_RESERVED`], divided by [`SESSION_DESCRIPTORS`], within
+/// [`OPEN_SESSIONS_MIN`]..=[`OPEN_SESSIONS_MAX`]. Under `ulimit -n 256` (the macOS default)
+/// that is 40 Sessions.
+pub fn open_sessions_budget() -> usize {
+    let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(u64::MAX);
+    let sessions = soft.saturating_sub(DESCRIPTORS_RESERVED) / SESSION_DESCRIPTORS;
+    usize::try_from(sessions)
+        .unwrap_or(usize::MAX)
+        .clamp(OPEN_SESSIONS_MIN, OPEN_SESSIONS_MAX)
+}
 
 /// Default [`RootOptions::search_tail_save_pairs_min`].
 pub const SEARCH_TAIL_SAVE_PAIRS_MIN: u64 = 1 << 20;
@@ -106,6 +151,7 @@ impl Default for RootOptions {
             search_indexing: SearchIndexing::OnAppend,
             block_cache_bytes: BLOCK_CACHE_BYTES,
             search_tail_save_pairs_min: SEARCH_TAIL_SAVE_PAIRS_MIN,
+            open_sessions_max: open_sessions_budget(),
             log_fs: None,
         }
     }
@@ -150,7 +196,14 @@ pub(crate) struct Shared {
     _lock: WriterLock,
     pub(crate) root_log: Log,
     pub(crate) registry: Mutex<Registry>,
-    opened: Mutex<Vec<Arc<Session>>>,
+    /// The open Sessions: a cache, not a set (see [`Shared::make_room`]). Each is also in its
+    /// registry entry's slot; the slot lock is taken before this one, never after.
+    opened: Mutex<Vec<Open>>,
+    /// Counts Session uses, for the cache's least-recently-used order.
+    uses: AtomicU64,
+    /// Most Sessions kept open: [`RootOptions::open_sessions_max`], lowered when the process
+    /// ran out of descriptors with fewer open.
+    open_max: AtomicUsize,
     pub(crate) blobs: BlobStore,
     pub(crate) ids: IdGen,
     /// Fork receipts, diagnostics logs and patch storage (see `crate::fork`).
@@ -164,6 +217,16 @@ pub(crate) struct Shared {
     /// Set once by [`Root::end_waits`]: every wait answers at once from then on.
     pub(crate) waits_ended: AtomicBool,
 }
+
+/// One open Session in the cache, with the registry slot that also holds it.
+struct Open {
+    session: Arc<Session>,
+    slot: SessionSlot,
+}
+
+/// References to an idle cached Session: its slot's and the cache's. A larger count means a
+/// call is using it (or a layered fork holds it as its source), so it is not closed.
+const IDLE_REFERENCES: usize = 2;
 
 /// An open Root. `Send + Sync`; every method takes `&self`. One writer process per Root.
 pub struct Root {
@@ -513,6 +576,7 @@ impl Root {
                 }
             }
         }
+        let open_max = options.open_sessions_max.max(1);
         let shared = Arc::new(Shared {
             dir: dir.to_owned(),
             ids: IdGen::new(dir),
@@ -524,6 +588,8 @@ impl Root {
             registry: Mutex::new(registry),
             extras,
             opened: Mutex::new(Vec::new()),
+            uses: AtomicU64::new(0),
+            open_max: AtomicUsize::new(open_max),
             stop: Mutex::new(false),
             stop_signal: Condvar::new(),
             reservation_ended: Condvar::new(),
@@ -559,6 +625,12 @@ impl Root {
 
     pub(crate) fn session(&self, id: &str) -> Result<Arc<Session>, EngineError> {
         self.shared.session(id)
+    }
+
+    /// How many Sessions are open now (for tests of the open-Session cache).
+    #[doc(hidden)]
+    pub fn open_session_count(&self) -> usize {
+        lock(&self.shared.opened).len()
     }
 
     pub fn create_session(
@@ -625,7 +697,7 @@ impl Root {
             params,
         };
         let registered = sh
-            .build_staging(&id, p.workspace.clone(), None)
+            .with_descriptors(|| sh.build_staging(&id, p.workspace.clone(), None))
             .and_then(|staging| {
                 sh.append_session_record(&record)?;
                 crate::fsutil::pause_point(&sh.dir, "create-committed");
@@ -1094,7 +1166,8 @@ impl Root {
     }
 
     pub fn history(&self, p: HistoryParams) -> Result<HistoryPage, EngineError> {
-        self.session(&p.session_id)?.history(&p)
+        let sh = &self.shared;
+        sh.with_descriptors(|| sh.session(&p.session_id)?.history(&p))
     }
 
     /// The page [`Root::history`] returns, handed to `each` row by row with the texts
@@ -1105,11 +1178,13 @@ impl Root {
         p: HistoryParams,
         each: impl FnMut(crate::RowRef<'_>),
     ) -> Result<crate::PageEnd, EngineError> {
+        // Not tried again as a whole (rows may have gone out): opening the Session is.
         self.session(&p.session_id)?.history_each(&p, each)
     }
 
     pub fn source(&self, p: SourceParams) -> Result<SourcePage, EngineError> {
-        self.session(&p.session_id)?.source(&p)
+        let sh = &self.shared;
+        sh.with_descriptors(|| sh.session(&p.session_id)?.source(&p))
     }
 
     /// Literal search of `body`, `thinking` and `arguments` fields under a fence; bounded work
@@ -1118,7 +1193,8 @@ impl Root {
         &self,
         p: crate::search::SearchParams,
     ) -> Result<crate::search::SearchPage, EngineError> {
-        self.session(&p.session_id)?.search(&p)
+        let sh = &self.shared;
+        sh.with_descriptors(|| sh.session(&p.session_id)?.search(&p))
     }
 
     /// Ends every wait, for a server whose input has ended: each `watch` and
@@ -1129,8 +1205,7 @@ impl Root {
         self.shared.waits_ended.store(true, Ordering::Release);
         // Every Session that can have a waiter is in `opened` (a waiter opens its Session
         // first), and one opened after this copy sees the flag before it waits.
-        let sessions: Vec<Arc<Session>> = lock(&self.shared.opened).clone();
-        for s in sessions {
+        for s in self.shared.open_sessions() {
             s.wake_waiters();
         }
     }
@@ -1331,7 +1406,7 @@ impl Shared {
     /// Session `id`, opened when it is not open; a failed open is remembered in the catalog
     /// (listings show it) until an open succeeds.
     pub(crate) fn session(&self, id: &str) -> Result<Arc<Session>, EngineError> {
-        let opened = self.session_uncounted(id);
+        let opened = self.with_descriptors(|| self.session_once(id));
         let summary = lock(&self.registry)
             .sessions
             .get(id)
@@ -1349,7 +1424,109 @@ impl Shared {
         opened
     }
 
-    fn session_uncounted(&self, id: &str) -> Result<Arc<Session>, EngineError> {
+    /// Runs `f`; when it fails for want of file descriptors (EMFILE or ENFILE, also inside a
+    /// log or index error), closes idle Sessions and runs it again, up to
+    /// [`DESCRIPTOR_RETRIES_MAX`] times, so that no caller sees the process's limit. `f` must
+    /// be safe to repeat: a read, an open, or a build that starts over.
+    pub(crate) fn with_descriptors<R>(
+        &self,
+        mut f: impl FnMut() -> Result<R, EngineError>,
+    ) -> Result<R, EngineError> {
+        let mut tries = 0;
+        loop {
+            match f() {
+                Err(e) if e.is_out_of_descriptors() && tries < DESCRIPTOR_RETRIES_MAX => {
+                    tries += 1;
+                    self.out_of_descriptors(tries);
+                }
+                r => return r,
+            }
+        }
+    }
+
+    /// The process hit its descriptor limit: keep fewer Sessions open from now on (what the
+    /// budget assumed per Session was too little here), and close idle ones now.
+    fn out_of_descriptors(&self, tries: u32) {
+        let open = lock(&self.opened).len();
+        let fewer = (open * 3 / 4).max(OPEN_SESSIONS_MIN);
+        self.open_max.fetch_min(fewer, Ordering::AcqRel);
+        let closed = self.close_idle(fewer.min(open.saturating_sub(1)), 0);
+        if closed == 0 {
+            // Every open Session is in use: descriptors come back as those calls end (or
+            // another process closes some).
+            std::thread::sleep(Duration::from_millis(5) * tries);
+        }
+    }
+
+    /// Makes room in the cache for one more open Session: closes the least recently used
+    /// idle Sessions while the open ones number [`RootOptions::open_sessions_max`] or hold
+    /// more than [`OPEN_SESSIONS_BYTES_MAX`]. Sessions in use stay open even past the budget.
+    fn make_room(&self) {
+        // Counted outside the cache lock: each count takes a Session's own locks.
+        let sessions = self.open_sessions();
+        let open = sessions.len();
+        let bytes: u64 = sessions.iter().map(|s| s.resident_bytes()).sum();
+        // These references would make every Session look in use to `close_idle`.
+        drop(sessions);
+        let max = self.open_max.load(Ordering::Acquire);
+        if open < max && bytes <= OPEN_SESSIONS_BYTES_MAX {
+            return;
+        }
+        let keep = open.min(max).saturating_sub(1);
+        let over = bytes.saturating_sub(OPEN_SESSIONS_BYTES_MAX);
+        self.close_idle(keep, over);
+    }
+
+    /// Closes least recently used idle Sessions until at most `keep` are open and at least
+    /// `free_bytes` of their memory went; returns how many it closed. A Session is idle when
+    /// only the cache and its slot hold it; one whose slot is locked (being opened, reopened
+    /// or closed) is skipped. Each is closed under its slot lock, so nobody opens a second
+    /// object over its files until the first one's descriptors and threads are gone.
+    fn close_idle(&self, keep: usize, free_bytes: u64) -> usize {
+        let mut order: Vec<(u64, SessionSlot)> = lock(&self.opened)
+            .iter()
+            .map(|o| (o.session.last_use(), Arc::clone(&o.slot)))
+            .collect();
+        order.sort_by_key(|(used, _)| *used);
+        let (mut closed, mut freed) = (0, 0u64);
+        for (_, slot) in order {
+            if lock(&self.opened).len() <= keep && freed >= free_bytes {
+                break;
+            }
+            let mut guard = match slot.try_lock() {
+                Ok(g) => g,
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => continue,
+            };
+            let Some(session) = self.take_idle(&mut guard) else {
+                continue;
+            };
+            freed += session.resident_bytes();
+            session.close(self.options.search_tail_save_pairs_min);
+            // The last reference: its files close and its threads end here, under the slot.
+            drop(session);
+            drop(guard);
+            closed += 1;
+        }
+        closed
+    }
+
+    /// Takes the Session in a locked slot out of the cache when it is idle. The cache lock
+    /// is held over the count and the removal, and the slot is locked by the caller, so no
+    /// new reference can appear in between: the caller gets the only one.
+    fn take_idle(&self, slot: &mut Option<Arc<Session>>) -> Option<Arc<Session>> {
+        let mut opened = lock(&self.opened);
+        let s = slot.as_ref()?;
+        // A failed Session is left to the reopen path, which retires it properly.
+        if Arc::strong_count(s) != IDLE_REFERENCES || s.needs_reopen() {
+            return None;
+        }
+        let s = slot.take()?;
+        opened.retain(|o| !Arc::ptr_eq(&o.session, &s));
+        Some(s)
+    }
+
+    fn session_once(&self, id: &str) -> Result<Arc<Session>, EngineError> {
         let (slot, layered, plain, summary) = {
             let reg = lock(&self.registry);
             let e = reg
@@ -1361,9 +1538,10 @@ impl Shared {
             let plain = e.branch.is_none().then(|| e.workspace.clone());
             (e.slot.clone(), layered, plain, Arc::clone(&e.summary))
         };
-        let mut slot = lock(&slot);
-        if let Some(s) = slot.as_ref() {
+        let mut guard = lock(&slot);
+        if let Some(s) = guard.as_ref() {
             if !s.needs_reopen() {
+                s.touch(self.uses.fetch_add(1, Ordering::Relaxed));
                 return Ok(Arc::clone(s));
             }
             // Its log refuses appends after a failed write or fdatasync, or a panic under one
@@ -1372,9 +1550,10 @@ impl Shared {
             // not leave the Session read-only for the life of the process. The receipts on
             // disk decide whether a failed mutation is there; nothing is applied twice.
             s.retire()?;
-            let old = slot.take().expect("checked above");
-            lock(&self.opened).retain(|o| !Arc::ptr_eq(o, &old));
+            let old = guard.take().expect("checked above");
+            lock(&self.opened).retain(|o| !Arc::ptr_eq(&o.session, &old));
         }
+        self.make_room();
         let dir = self.dir.join(SESSIONS_DIR).join(id);
         let base = match layered {
             Some(b) => {
@@ -1420,8 +1599,12 @@ impl Shared {
             self.options.progress.notice(&c.to_string());
             lock(&self.cuts).push(c.clone());
         }
-        *slot = Some(Arc::clone(&s));
-        lock(&self.opened).push(Arc::clone(&s));
+        s.touch(self.uses.fetch_add(1, Ordering::Relaxed));
+        *guard = Some(Arc::clone(&s));
+        lock(&self.opened).push(Open {
+            session: Arc::clone(&s),
+            slot: Arc::clone(&slot),
+        });
         Ok(s)
     }
 
@@ -1542,8 +1725,16 @@ impl Shared {
         self.place(&staging, id)
     }
 
+    /// The Sessions open now (the cache's content).
+    fn open_sessions(&self) -> Vec<Arc<Session>> {
+        lock(&self.opened)
+            .iter()
+            .map(|o| Arc::clone(&o.session))
+            .collect()
+    }
+
     fn sync_all(&self, checkpoint: Checkpoint) -> Result<(), EngineError> {
-        let sessions: Vec<Arc<Session>> = lock(&self.opened).clone();
+        let sessions = self.open_sessions();
         let mut first_err = None;
         for s in sessions {
             if let Err(e) = s.sync_indexes(checkpoint) {
@@ -1588,8 +1779,8 @@ impl Drop for Root {
         // Large search tails are saved so the first search after the next open need not
         // index the active segment again.
         let pairs_min = self.shared.options.search_tail_save_pairs_min;
-        for s in lock(&self.shared.opened).iter() {
-            s.search.save_tail(s, pairs_min);
+        for s in self.shared.open_sessions() {
+            s.search.save_tail(&s, pairs_min);
         }
         // The listing facts go to the catalog snapshot, read back by the next open.
         let ids: Vec<String> = lock(&self.shared.registry)

@@ -428,6 +428,9 @@ pub(crate) struct Session {
     /// or is being replaced: every call on this object fails, and the Root opens the Session
     /// again from disk on the next call (see [`Session::needs_reopen`]).
     failed: AtomicBool,
+    /// The Root's use counter at this Session's last use: the open-Session cache closes the
+    /// least recently used first (see `Shared::make_room`).
+    last_use: AtomicU64,
 }
 
 fn lock_cache(m: &Mutex<EventCache>) -> MutexGuard<'_, EventCache> {
@@ -551,6 +554,7 @@ impl Session {
             sync: Mutex::new(SyncMark::default()),
             appended_bytes: AtomicU64::new(0),
             failed: AtomicBool::new(false),
+            last_use: AtomicU64::new(0),
         };
         session.replay_tail(start, segment_bytes)?;
         let rev = session.read().state.revision;
@@ -826,6 +830,37 @@ impl Session {
             self.log.cut_unsynced()?;
         }
         Ok(())
+    }
+
+    /// Records a use at `tick` of the Root's use counter (for the open-Session cache).
+    pub(crate) fn touch(&self, tick: u64) {
+        self.last_use.store(tick, Ordering::Relaxed);
+    }
+
+    /// The Root's use counter at the last [`Session::touch`].
+    pub(crate) fn last_use(&self) -> u64 {
+        self.last_use.load(Ordering::Relaxed)
+    }
+
+    /// Roughly the memory this open Session holds: decoded events in its cache and the
+    /// mapped bytes of its three fixed-width indexes (search postings and log blocks are
+    /// bounded elsewhere: the tail by segment size, blocks by the Root's block cache).
+    pub(crate) fn resident_bytes(&self) -> u64 {
+        let cached = lock_cache(&self.cache).bytes as u64;
+        let inner = self.read();
+        let mapped = inner.seq.len() * u64::from(SEQ_ENTRY_BYTES)
+            + inner.rows.len() * u64::from(ROW_ENTRY_BYTES)
+            + inner.receipts.len() * u64::from(RECEIPT_ENTRY_BYTES);
+        cached + mapped
+    }
+
+    /// Closes the Session as the Root's close does, before its last reference goes: indexes
+    /// synced, state checkpointed, a large search tail saved, so the next open replays
+    /// nothing and indexes nothing again. Best effort: everything here is derived from the
+    /// log, so what fails is rebuilt by that open.
+    pub(crate) fn close(&self, search_tail_save_pairs_min: u64) {
+        let _ = self.sync_indexes(Checkpoint::Now);
+        self.search.save_tail(self, search_tail_save_pairs_min);
     }
 
     /// From now on appends do not index their rows for search; the next search catches up.

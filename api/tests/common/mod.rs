@@ -89,6 +89,11 @@ impl Server {
         }
     }
 
+    /// The server's process id (`bash -c ... exec` keeps the shell's).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn send_line(&mut self, line: &str) {
         let stdin = self.stdin.as_mut().expect("stdin open");
         stdin.write_all(line.as_bytes()).unwrap();

@@ -190,9 +190,11 @@ impl SavedTail {
     }
 }
 
-/// The search index of one Session. Appends hand their rows to a worker thread (started on
-/// the first append), which indexes them while the appender goes on; a search first waits
-/// for the worker to finish what is queued, so it always sees every row appended before it.
+/// The search index of one Session. Appends hand their rows to a worker thread (started by
+/// an append that finds none running), which indexes them while the appender goes on and
+/// ends once the queue stayed empty for [`WORKER_IDLE_LINGER`]: a Root with thousands of
+/// Sessions does not keep a thread for each. A search first waits for the worker to finish
+/// what is queued, so it always sees every row appended before it.
 pub(crate) struct SearchIndex {
     shared: Arc<Shared>,
     worker: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -231,6 +233,10 @@ struct Queue {
     busy: bool,
     /// The index is being dropped: the worker finishes `jobs`, then stops.
     closed: bool,
+    /// A worker thread is running (or being started) and will take every job queued while
+    /// this is set: it clears this under the queue lock only when it found `jobs` empty, and
+    /// whoever queues a job with this clear starts the next worker.
+    running: bool,
     /// The row the next job must start at to go to the worker: the end of the last job
     /// queued, or of the tail when nothing is queued. `None` sends appends down the
     /// synchronous path (which loads or catches up the tail from the log).
@@ -247,6 +253,11 @@ struct Job {
 
 /// Appends queued for the worker before the next one waits (backpressure on bulk imports).
 const QUEUE_JOBS_MAX: usize = 4;
+
+/// How long a worker with nothing queued waits for more before its thread ends: long enough
+/// that back-to-back appends to one Session keep one thread, short enough that a host
+/// touching many Sessions in turn has only the last few's threads alive.
+pub(crate) const WORKER_IDLE_LINGER: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// Reads events for index building, remembering the last one (a completion has many rows).
 struct Reader<'a> {
@@ -641,9 +652,13 @@ impl SearchIndex {
                     locs: locs.to_vec(),
                 });
                 q.next_row = Some(end_row);
+                let start = !q.running;
+                q.running = true;
                 drop(q);
                 self.changed.notify_all();
-                self.start_worker();
+                if start {
+                    self.start_worker();
+                }
                 return;
             }
         }
@@ -664,22 +679,34 @@ impl SearchIndex {
         self.queue_lock().next_row = next;
     }
 
+    /// Starts a worker; the caller set `running` (so no other worker runs).
     fn start_worker(&self) {
         let mut worker = self.worker.lock().unwrap_or_else(|p| p.into_inner());
-        if worker.is_some() {
-            return;
-        }
         let shared = Arc::clone(&self.shared);
         let spawned = std::thread::Builder::new()
             .name("logbook-search-index".into())
             .spawn(move || shared.work());
         match spawned {
-            Ok(h) => *worker = Some(h),
+            Ok(h) => {
+                // The previous worker cleared `running` before it ended: this join is short.
+                if let Some(old) = worker.replace(h) {
+                    let _ = old.join();
+                }
+            }
             // No thread: index the queued jobs here and keep appends synchronous.
             Err(_) => {
                 drop(worker);
-                while self.shared.work_one() {}
-                self.queue_lock().next_row = None;
+                loop {
+                    while self.shared.work_one() {}
+                    let mut q = self.queue_lock();
+                    // A job queued meanwhile saw `running` set and started no worker.
+                    if q.jobs.is_empty() {
+                        q.running = false;
+                        q.next_row = None;
+                        break;
+                    }
+                }
+                self.changed.notify_all();
             }
         }
     }
@@ -885,15 +912,27 @@ impl Shared {
         }
     }
 
-    /// The worker: indexes queued jobs until the index is dropped.
+    /// The worker: indexes queued jobs until none came for [`WORKER_IDLE_LINGER`] or the
+    /// index is dropped.
     fn work(&self) {
         loop {
             {
                 let mut q = self.queue_lock();
+                let deadline = std::time::Instant::now() + WORKER_IDLE_LINGER;
                 while q.jobs.is_empty() && !q.closed {
-                    q = self.changed.wait(q).unwrap_or_else(|p| p.into_inner());
+                    let now = std::time::Instant::now();
+                    if now >= deadline {
+                        break;
+                    }
+                    q = self
+                        .changed
+                        .wait_timeout(q, deadline - now)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0;
                 }
                 if q.jobs.is_empty() {
+                    // Under the queue lock: a job queued after this starts a new worker.
+                    q.running = false;
                     return;
                 }
             }

@@ -1,0 +1,180 @@
+//! Open Sessions are a cache: bounded by count, closed cleanly when idle, reopened on demand,
+//! never closed under a caller. Also measures what one open Session holds in descriptors
+//! (the budget's [`SESSION_DESCRIPTORS`]).
+#![allow(clippy::unwrap_used)]
+
+mod common;
+use common::*;
+use logbook_engine::*;
+use std::sync::Mutex;
+
+/// The descriptor count is per process: tests of this file that open files take turns.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn open_fds() -> usize {
+    std::fs::read_dir("/proc/self/fd").unwrap().count()
+}
+
+fn send(root: &Root, sid: &str, op: &str, text: &str) -> SendResult {
+    root.send(SendParams {
+        session_id: sid.into(),
+        operation: op.into(),
+        text: text.into(),
+        attachments: vec![],
+    })
+    .unwrap()
+}
+
+fn bodies(root: &Root, sid: &str) -> Vec<String> {
+    let page = root
+        .history(HistoryParams {
+            session_id: sid.into(),
+            through: None,
+            after: None,
+            limit: Some(100),
+            anchor: None,
+            direction: Some(Direction::Forward),
+        })
+        .unwrap();
+    page.rows
+        .iter()
+        .filter_map(|r| r.fields.get("body").map(|f| f.text.clone()))
+        .collect()
+}
+
+fn options(open_max: usize) -> RootOptions {
+    RootOptions {
+        open_sessions_max: open_max,
+        ..RootOptions::default()
+    }
+}
+
+#[test]
+fn one_open_session_holds_at_most_session_descriptors() {
+    let _turn = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let root = Root::open_or_init_with(dir.path(), options(64)).unwrap();
+    for i in 0..4 {
+        create(&root, &format!("s{i}"));
+    }
+    let mut most = 0;
+    for i in 0..4 {
+        let sid = format!("s{i}");
+        let before = open_fds();
+        send(&root, &sid, "op-1", "hello");
+        bodies(&root, &sid);
+        root.sync_indexes().unwrap();
+        let held = open_fds().saturating_sub(before);
+        most = most.max(held);
+    }
+    eprintln!("one open Session holds {most} descriptors");
+    assert!(
+        most as u64 <= SESSION_DESCRIPTORS,
+        "an open Session holds {most} descriptors; SESSION_DESCRIPTORS says {SESSION_DESCRIPTORS}"
+    );
+}
+
+#[test]
+fn the_cache_closes_idle_sessions_and_reopens_them_whole() {
+    let _turn = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    const OPEN_MAX: usize = 3;
+    const SESSIONS: usize = 24;
+    {
+        let root = Root::open_or_init_with(dir.path(), options(OPEN_MAX)).unwrap();
+        let baseline = open_fds();
+        for i in 0..SESSIONS {
+            let sid = create(&root, &format!("s{i}"));
+            send(&root, &sid, "op-1", &format!("first {i}"));
+            assert!(root.open_session_count() <= OPEN_MAX);
+        }
+        // Closed Sessions gave their descriptors back.
+        assert!(
+            open_fds() <= baseline + OPEN_MAX * SESSION_DESCRIPTORS as usize + 2,
+            "{} descriptors open, {baseline} before",
+            open_fds()
+        );
+        for i in 0..SESSIONS {
+            let sid = format!("s{i}");
+            send(&root, &sid, "op-2", &format!("second {i}"));
+            // A repeated operation is answered from its receipt, across a close and reopen.
+            assert_eq!(send(&root, &sid, "op-1", &format!("first {i}")).sequence, 2);
+            assert_eq!(
+                bodies(&root, &sid),
+                [format!("first {i}"), format!("second {i}")]
+            );
+            assert!(root.open_session_count() <= OPEN_MAX);
+        }
+        let report = root.verify().unwrap();
+        assert!(report.damage.is_empty(), "{:?}", report.damage);
+        assert_eq!(report.sessions, SESSIONS as u64);
+    }
+    let root = Root::open_with(dir.path(), options(OPEN_MAX)).unwrap();
+    for i in (0..SESSIONS).rev() {
+        assert_eq!(
+            bodies(&root, &format!("s{i}")),
+            [format!("first {i}"), format!("second {i}")]
+        );
+    }
+}
+
+#[test]
+fn a_session_in_use_is_not_closed() {
+    let _turn = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let root = std::sync::Arc::new(Root::open_or_init_with(dir.path(), options(1)).unwrap());
+    let watched = create(&root, "watched");
+    let waiter = {
+        let root = std::sync::Arc::clone(&root);
+        let sid = watched.clone();
+        std::thread::spawn(move || {
+            root.watch(WatchParams {
+                session_id: sid,
+                after: Some(1),
+                timeout_ms: Some(20_000),
+            })
+            .unwrap()
+        })
+    };
+    // The watch holds its Session open while it waits.
+    while root.open_session_count() == 0 {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    for i in 0..8 {
+        let sid = create(&root, &format!("other{i}"));
+        send(&root, &sid, "op-1", "x");
+    }
+    // Had the watched Session been closed and opened again, this append would reach a new
+    // object and the watch would wait out its timeout.
+    let started = std::time::Instant::now();
+    send(&root, &watched, "op-1", "wake");
+    let seen = waiter.join().unwrap();
+    assert_eq!(seen.next_after, 2);
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+}
+
+#[test]
+fn search_works_across_close_and_reopen() {
+    let _turn = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let root = Root::open_or_init_with(dir.path(), options(2)).unwrap();
+    for i in 0..6 {
+        let sid = create(&root, &format!("s{i}"));
+        send(&root, &sid, "op-1", &format!("needle{i} in a haystack"));
+    }
+    for i in 0..6 {
+        let page = root
+            .search(SearchParams {
+                session_id: format!("s{i}"),
+                query: format!("needle{i}"),
+                case_sensitive: None,
+                whole_word: None,
+                through: None,
+                after: None,
+                limit: None,
+            })
+            .unwrap();
+        assert_eq!(page.hits.len(), 1, "s{i}: {page:?}");
+    }
+}
