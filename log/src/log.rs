@@ -11,8 +11,7 @@ use crate::format::{
 use crate::io::{read_exact_at, write_all_at, FileSystem, IoFile, RealFs};
 use crate::sealed::{self, BlockHint, SealedSegment};
 use crate::walk::{judge_tail_at, walk, walk_at, Tail};
-use std::collections::BTreeMap;
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
@@ -468,6 +467,58 @@ struct Shared {
 /// The segmented append-only log. `Send + Sync`: share it with `Arc`.
 pub struct Log {
     shared: Arc<Shared>,
+    /// This open's key and number in [`LOG_INSTANCES`]; `None` when the directory could not
+    /// be identified (the drop then leaves the files alone).
+    instance: Option<(DirKey, u64)>,
+}
+
+/// A log directory as the file system knows it (device, inode): the same under every
+/// spelling of its path and across a rename of it.
+type DirKey = (u64, u64);
+
+/// The newest `Log` opened on each directory of this process, by instance number. A caller
+/// may open a log again while an older handle on the same directory is still alive (the
+/// engine reopens a failed Session while calls still hold the failed one); the older handle
+/// must then leave the files alone when it is dropped, since the newer one may have
+/// written into the zero region the older one would give back.
+struct LogInstances {
+    newest: HashMap<DirKey, u64>,
+    next: u64,
+}
+
+static LOG_INSTANCES: Mutex<Option<LogInstances>> = Mutex::new(None);
+
+impl LogInstances {
+    /// Records a new open of `dir` as the newest; returns its key and instance number.
+    fn register(dir: &Path) -> Option<(DirKey, u64)> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(dir).ok()?;
+        let key = (m.dev(), m.ino());
+        let mut g = lock(&LOG_INSTANCES);
+        let all = g.get_or_insert_with(|| LogInstances {
+            newest: HashMap::new(),
+            next: 0,
+        });
+        all.next += 1;
+        all.newest.insert(key, all.next);
+        Some((key, all.next))
+    }
+
+    /// Forgets an instance; returns whether it was the newest open of its directory (only
+    /// then may its drop change the files).
+    fn unregister(instance: Option<(DirKey, u64)>) -> bool {
+        let Some((key, n)) = instance else {
+            return false;
+        };
+        let mut g = lock(&LOG_INSTANCES);
+        match g.as_mut() {
+            Some(all) if all.newest.get(&key) == Some(&n) => {
+                all.newest.remove(&key);
+                true
+            }
+            _ => false,
+        }
+    }
 }
 
 impl fmt::Debug for Log {
@@ -928,7 +979,8 @@ impl Log {
         for n in to_seal {
             shared.queue_seal(n);
         }
-        Log { shared }
+        let instance = LogInstances::register(dir);
+        Log { shared, instance }
     }
 
     /// Appends one atomic batch (at least one record) and returns each record's Location.
@@ -1072,7 +1124,9 @@ impl Drop for Log {
                 let _ = self.shared.flush(&mut w);
                 let _ = w.file.sync_data();
             }
-            self.shared.give_back_zeros(&mut w);
+            if LogInstances::unregister(self.instance) {
+                self.shared.give_back_zeros(&mut w);
+            }
         }
         // Every segment queued for sealing is sealed (or failed to) before the log is gone:
         // its directory is then left as this log last saw it.

@@ -262,3 +262,32 @@ fn sealer_threads_are_bounded_and_only_exist_while_sealing() {
     assert_eq!(sealer_threads(), 0, "the sealers exit when no work is left");
     println!("{LOGS} logs sealing at once: at most {most} sealer threads seen");
 }
+
+/// A log opened again while an older handle on the same directory is alive (the engine
+/// reopens a failed Session while calls still hold the old one): dropping the older handle
+/// must not give back the zero region the newer one has written into.
+#[test]
+fn dropping_an_older_handle_leaves_a_newer_ones_records_alone() {
+    let _g = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("l");
+    let old = Log::create(&d, LogConfig::default()).unwrap();
+    old.append(&rec(b"by the old handle")).unwrap();
+    let (new, _) = Log::open(&d, LogConfig::default()).unwrap();
+    new.append(&rec(b"by the new handle")).unwrap();
+    let end = new.end();
+    drop(old);
+    assert!(
+        active_len(&d, 0) > end.offset,
+        "the older handle truncated nothing"
+    );
+    drop(new);
+    assert_eq!(
+        active_len(&d, 0),
+        end.offset,
+        "the newest handle gives the zeros back"
+    );
+    let (log, recovery) = Log::open(&d, LogConfig::default()).unwrap();
+    assert_eq!(recovery.cut_bytes, 0);
+    assert_eq!(log.verify().unwrap().records, 2);
+}
