@@ -7,6 +7,11 @@
 //! - `log/open/*`: reopening logs of 64 MiB, 256 MiB and 1 GiB (sealed segments); the point
 //!   is that the time is flat.
 //!
+//! - `log/empty/*`: what a log that holds (almost) nothing costs, as a host keeping thousands
+//!   of Sessions has thousands of them: creating and dropping an empty log, and one with one
+//!   small synced append, against creating one synced 32-byte file (the least a durable log
+//!   can do). The bytes each leaves on disk are printed (`bytes on disk`).
+//!
 //! Run: `cargo bench -p logbook-benches --bench log -- --warm-up-time 1 --measurement-time 3`
 
 #![allow(clippy::unwrap_used)]
@@ -357,5 +362,114 @@ fn open(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, append, read, open);
+/// Bytes allocated on disk (not file lengths) under `dir`, one level deep.
+fn disk_bytes(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().blocks() * 512)
+        .sum()
+}
+
+/// Bytes allocated on disk under `dir`, every level.
+fn disk_bytes_under(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            let m = e.metadata().unwrap();
+            m.blocks() * 512
+                + if m.is_dir() {
+                    disk_bytes_under(&e.path())
+                } else {
+                    0
+                }
+        })
+        .sum()
+}
+
+fn empty(c: &mut Criterion) {
+    let mut g = c.benchmark_group("log/empty");
+    g.sample_size(20);
+    g.throughput(Throughput::Elements(1));
+    let tmp = tempfile::tempdir().unwrap();
+    // What each variant leaves on disk, printed once (criterion measures time only).
+    {
+        let d = tmp.path().join("probe-empty");
+        let log = Log::create(&d, synced()).unwrap();
+        let open = disk_bytes(&d);
+        drop(log);
+        let closed = disk_bytes(&d);
+        let d1 = tmp.path().join("probe-one");
+        let log = Log::create(&d1, synced()).unwrap();
+        log.append(&[Record {
+            kind: 1,
+            payload: &text(200, 5),
+        }])
+        .unwrap();
+        let open_one = disk_bytes(&d1);
+        drop(log);
+        let closed_one = disk_bytes(&d1);
+        eprintln!(
+            "log/empty: bytes on disk: empty log {open} open, {closed} closed; \
+             one 200-byte record {open_one} open, {closed_one} closed"
+        );
+        // The same for a whole empty engine Session (its log, indexes and checkpoint).
+        const SESSIONS: u64 = 100;
+        let root_dir = tmp.path().join("probe-root");
+        let root = logbook_engine::Root::open_or_init(&root_dir).unwrap();
+        let before = disk_bytes_under(&root_dir);
+        for s in 0..SESSIONS {
+            root.create_session(logbook_engine::CreateSessionParams {
+                session_id: Some(format!("s{s}")),
+                workspace: Some("/work/space".into()),
+                operation: format!("create-{s}"),
+            })
+            .unwrap();
+        }
+        let open = (disk_bytes_under(&root_dir) - before) / SESSIONS;
+        drop(root);
+        let closed = (disk_bytes_under(&root_dir) - before) / SESSIONS;
+        eprintln!(
+            "log/empty: bytes on disk per empty engine Session ({SESSIONS} created): \
+             {open} with the Root open, {closed} closed"
+        );
+    }
+    let mut i = 0u64;
+    g.bench_function("create-drop", |b| {
+        b.iter(|| {
+            i += 1;
+            let log = Log::create(&tmp.path().join(format!("e{i}")), synced()).unwrap();
+            drop(log);
+        })
+    });
+    let rec = text(200, 6);
+    g.bench_function("create-append-drop", |b| {
+        b.iter(|| {
+            i += 1;
+            let log = Log::create(&tmp.path().join(format!("a{i}")), synced()).unwrap();
+            log.append(&[Record {
+                kind: 1,
+                payload: &rec,
+            }])
+            .unwrap();
+            drop(log);
+        })
+    });
+    g.bench_function("synced-32-byte-file", |b| {
+        b.iter(|| {
+            i += 1;
+            let d = tmp.path().join(format!("f{i}"));
+            std::fs::create_dir(&d).unwrap();
+            let f = File::create(d.join("f")).unwrap();
+            f.write_all_at(&[0u8; 32], 0).unwrap();
+            f.sync_data().unwrap();
+            File::open(&d).unwrap().sync_all().unwrap();
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, append, read, open, empty);
 criterion_main!(benches);

@@ -46,8 +46,10 @@ fn make(name: &str, segment_bytes_max: u64, batches: u32, torn: usize, prealloc:
     }
     log.sync().expect("sync");
     assert_eq!(log.wait_for_sealing(), None);
-    drop(log);
+    // Read while the log is open: a drop gives the zero region back, and the seeds are crash
+    // images, which keep it.
     let mut files = files_of(&dir);
+    drop(log);
     if torn > 0 {
         let last = files.iter_mut().rev().find(|f| f.role == 0).expect("an active segment");
         // The end of the frames: the zeros after them are the preallocated region.

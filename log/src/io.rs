@@ -184,6 +184,8 @@ pub enum Op {
     Remove,
     /// creating a file
     Create,
+    /// `ftruncate` (growing or shrinking a file)
+    SetLen,
 }
 
 /// What an injected fault does.
@@ -336,6 +338,9 @@ impl IoFile for FaultyFile {
         self.inner.len()
     }
     fn set_len(&self, len: u64) -> io::Result<()> {
+        if let Some(what) = self.faults.hit(Op::SetLen, &self.path) {
+            return Err(injected_error(what));
+        }
         self.inner.set_len(len)
     }
     fn map(&self) -> io::Result<memmap2::Mmap> {

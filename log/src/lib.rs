@@ -24,8 +24,13 @@
 //!   mark the caller supplies (and proves that mark first). [`Log::verify`] walks every
 //!   checksum.
 //! - With [`Durability::Sync`], the newest segment ends in a zero-filled, synced region ahead
-//!   of the write position ([`LogConfig::preallocate_bytes`]), so a commit's fdatasync only
-//!   overwrites allocated blocks. The zeros are never part of the logical stream.
+//!   of the write position, so a commit's fdatasync only overwrites allocated blocks. The
+//!   region grows with the write rate: it starts at [`PREALLOCATE_FIRST_BYTES`] and each
+//!   extension doubles the last, up to [`LogConfig::preallocate_bytes`]; dropping the log
+//!   (and rolling a segment) gives the unused zeros back, so an empty log costs 16 KiB on
+//!   disk while open and one block closed. The zeros are never part of the logical stream.
+//! - Sealing runs on at most [`SEALER_THREADS_MAX`] threads shared by every log of the
+//!   process, which exist only while there is sealing to do: an idle log has no thread.
 //! - Sealed segments are read through read-only maps, and a mapped file is never modified in
 //!   place. Readers take only short locks and never wait for a sync.
 //!
@@ -66,7 +71,8 @@ pub use crate::format::{
 pub use crate::log::{
     background_thread, Durability, Location, Log, LogConfig, OwnedRecord, Reader, Record,
     RecordRef, Recovery, Scan, VerifyReport, BACKGROUND_NICENESS, GROUP_COMMIT_GATHER_MAX,
-    PREALLOCATE_BYTES, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, WRITE_BUFFER_BYTES,
+    PREALLOCATE_BYTES, PREALLOCATE_FIRST_BYTES, SEALER_THREADS_MAX, SEGMENT_BYTES_MAX,
+    SEGMENT_BYTES_MIN, WRITE_BUFFER_BYTES,
 };
 
 /// Internal layouts, exposed for the fuzz targets and format tests only.

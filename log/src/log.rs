@@ -11,14 +11,13 @@ use crate::format::{
 use crate::io::{read_exact_at, write_all_at, FileSystem, IoFile, RealFs};
 use crate::sealed::{self, BlockHint, SealedSegment};
 use crate::walk::{judge_tail_at, walk, walk_at, Tail};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::fmt;
+use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::OnceLock;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 /// Default size at which a segment rolls (configurable per log).
@@ -33,9 +32,21 @@ pub const WRITE_BUFFER_BYTES: usize = 1 << 20;
 /// a quarter of the previous sync's duration, and happens only when that sync covered more
 /// than one batch (a lone writer never waits).
 pub const GROUP_COMMIT_GATHER_MAX: Duration = Duration::from_millis(1);
-/// Default [`LogConfig::preallocate_bytes`]: how far ahead of the write position the newest
-/// segment is zero-filled (docs/format.md, "The preallocated zero region").
+/// Default [`LogConfig::preallocate_bytes`]: the largest zero region one extension adds ahead
+/// of the write position of the newest segment (docs/format.md, "The preallocated zero
+/// region").
 pub const PREALLOCATE_BYTES: u64 = 4 << 20;
+/// The zero region a new log's first segment starts with, and the first extension after a
+/// reopen: small, so that a log that holds little costs little on disk (a host keeps
+/// thousands of mostly idle Sessions, each with its own log). Each later extension doubles
+/// the previous one up to [`LogConfig::preallocate_bytes`], so a busy log still extends its
+/// file only a few times (`log2(PREALLOCATE_BYTES / PREALLOCATE_FIRST_BYTES)` = 8 times
+/// before it reaches the full step).
+pub const PREALLOCATE_FIRST_BYTES: u64 = 16 << 10;
+/// Most threads that seal segments at once, for all the logs of the process together: a
+/// Root of thousands of Sessions must not cost a thread per log. They exist only while there
+/// is sealing to do.
+pub const SEALER_THREADS_MAX: usize = 2;
 /// Zero-filling writes at most this many bytes per `pwrite`.
 const ZERO_FILL_WRITE_BYTES: usize = 1 << 20;
 /// Bytes a reader takes from an active segment in one system call: the record it is after
@@ -64,10 +75,13 @@ pub struct LogConfig {
     pub segment_bytes_max: u64,
     /// When appends are acknowledged.
     pub durability: Durability,
-    /// With [`Durability::Sync`], the newest segment is zero-filled (and synced) this far
-    /// ahead of the write position, in one step each time appends reach the end of the zeros,
-    /// so that commit fdatasyncs overwrite allocated blocks and need no journal commit. Never
-    /// past `segment_bytes_max`; 0 turns it off. Not used by `NoSyncBulkImport`.
+    /// With [`Durability::Sync`], the newest segment is zero-filled (and synced) ahead of the
+    /// write position, so that commit fdatasyncs overwrite allocated blocks and need no
+    /// journal commit. Each time appends reach the end of the zeros one step is added: the
+    /// first is [`PREALLOCATE_FIRST_BYTES`] (or this, if smaller), each later one twice the
+    /// previous, at most this. Never past `segment_bytes_max`; 0 turns it off. The unused
+    /// zeros are given back when the log is dropped and when a segment rolls. Not used by
+    /// `NoSyncBulkImport`.
     pub preallocate_bytes: u64,
     /// Where decompressed sealed blocks are kept; `None` gives the log a cache of its own of
     /// [`BLOCK_CACHE_BYTES`]. Logs may share one (an engine Root shares one among its Sessions).
@@ -102,14 +116,27 @@ impl LogConfig {
         self.durability == Durability::Sync && self.preallocate_bytes > 0
     }
 
-    /// How far a segment is zero-filled for `needed` bytes (`needed` when nothing is to be
-    /// preallocated).
-    fn prealloc_target(&self, needed: u64) -> u64 {
+    /// The first step of a zero region (see [`LogConfig::preallocate_bytes`]).
+    fn prealloc_first(&self) -> u64 {
+        self.preallocate_bytes.min(PREALLOCATE_FIRST_BYTES)
+    }
+
+    /// The step after one of `last` bytes: twice as much, up to `preallocate_bytes`, so the
+    /// region grows with the write rate.
+    fn prealloc_next(&self, last: u64) -> u64 {
+        last.saturating_mul(2)
+            .min(self.preallocate_bytes)
+            .max(self.prealloc_first())
+    }
+
+    /// How far a segment is zero-filled for `needed` bytes with a step of `step` bytes
+    /// (`needed` when nothing is to be preallocated).
+    fn prealloc_target(&self, needed: u64, step: u64) -> u64 {
         if !self.preallocates() {
             return needed;
         }
         let cap = self.segment_bytes_max.max(needed);
-        let target = needed.saturating_add(self.preallocate_bytes).min(cap);
+        let target = needed.saturating_add(step).min(cap);
         // Whole pages where possible.
         let aligned = target & !4095;
         if aligned > needed {
@@ -389,10 +416,12 @@ struct Writer {
     file_end: u64,
     /// Whether this segment takes a preallocated zero region (version 2, `Sync` mode).
     preallocates: bool,
+    /// Bytes the zero region was last extended by (or started with): the next extension
+    /// doubles it (see [`LogConfig::preallocate_bytes`]).
+    prealloc_step: u64,
     /// Number of batches written so far (group commit compares against it).
     seq: u64,
     poisoned: Option<String>,
-    seal_tx: Option<Sender<u64>>,
 }
 
 #[derive(Debug, Default)]
@@ -413,6 +442,9 @@ struct SealState {
 
 #[derive(Debug)]
 struct Shared {
+    /// This very value, for the sealing jobs a roll queues (they hold the log's state while
+    /// they run; the `Log` waits for them when dropped).
+    this: Weak<Shared>,
     dir: PathBuf,
     fs: Arc<dyn FileSystem>,
     config: LogConfig,
@@ -435,7 +467,58 @@ struct Shared {
 /// The segmented append-only log. `Send + Sync`: share it with `Arc`.
 pub struct Log {
     shared: Arc<Shared>,
-    sealer: Mutex<Option<JoinHandle<()>>>,
+    /// This open's key and number in [`LOG_INSTANCES`]; `None` when the directory could not
+    /// be identified (the drop then leaves the files alone).
+    instance: Option<(DirKey, u64)>,
+}
+
+/// A log directory as the file system knows it (device, inode): the same under every
+/// spelling of its path and across a rename of it.
+type DirKey = (u64, u64);
+
+/// The newest `Log` opened on each directory of this process, by instance number. A caller
+/// may open a log again while an older handle on the same directory is still alive (the
+/// engine reopens a failed Session while calls still hold the failed one); the older handle
+/// must then leave the files alone when it is dropped, since the newer one may have
+/// written into the zero region the older one would give back.
+struct LogInstances {
+    newest: HashMap<DirKey, u64>,
+    next: u64,
+}
+
+static LOG_INSTANCES: Mutex<Option<LogInstances>> = Mutex::new(None);
+
+impl LogInstances {
+    /// Records a new open of `dir` as the newest; returns its key and instance number.
+    fn register(dir: &Path) -> Option<(DirKey, u64)> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(dir).ok()?;
+        let key = (m.dev(), m.ino());
+        let mut g = lock(&LOG_INSTANCES);
+        let all = g.get_or_insert_with(|| LogInstances {
+            newest: HashMap::new(),
+            next: 0,
+        });
+        all.next += 1;
+        all.newest.insert(key, all.next);
+        Some((key, all.next))
+    }
+
+    /// Forgets an instance; returns whether it was the newest open of its directory (only
+    /// then may its drop change the files).
+    fn unregister(instance: Option<(DirKey, u64)>) -> bool {
+        let Some((key, n)) = instance else {
+            return false;
+        };
+        let mut g = lock(&LOG_INSTANCES);
+        match g.as_mut() {
+            Some(all) if all.newest.get(&key) == Some(&n) => {
+                all.newest.remove(&key);
+                true
+            }
+            _ => false,
+        }
+    }
 }
 
 impl fmt::Debug for Log {
@@ -462,13 +545,15 @@ fn check_config(config: &LogConfig) -> Result<(), LogError> {
     Ok(())
 }
 
-/// Creates segment `n` with its header and, as the config says, its preallocated zero region,
-/// synced, and its name synced into the directory. Returns the file, its path and its length.
+/// Creates segment `n` with its header and, as the config says, a preallocated zero region of
+/// about `step` bytes, synced, and its name synced into the directory. Returns the file, its
+/// path and its length.
 fn create_segment(
     fs: &dyn FileSystem,
     dir: &Path,
     n: u64,
     config: &LogConfig,
+    step: u64,
 ) -> Result<(Arc<dyn IoFile>, PathBuf, u64), LogError> {
     let path = dir.join(active_name(n));
     let f = fs
@@ -476,7 +561,7 @@ fn create_segment(
         .map_err(|e| LogError::io(&path, "create", e))?;
     write_all_at(&*f, &encode_header(ACTIVE_FORMAT, n), 0)
         .map_err(|e| LogError::io(&path, "write", e))?;
-    let file_end = config.prealloc_target(HEADER_BYTES);
+    let file_end = config.prealloc_target(HEADER_BYTES, step);
     zero_fill(&*f, HEADER_BYTES, file_end).map_err(|e| LogError::io(&path, "preallocate", e))?;
     f.sync_data()
         .map_err(|e| LogError::io(&path, "fdatasync", e))?;
@@ -580,7 +665,8 @@ impl Log {
                 path: dir.to_path_buf(),
             });
         }
-        let (file, path, file_end) = create_segment(&*fs, dir, 0, &config)?;
+        let (file, path, file_end) =
+            create_segment(&*fs, dir, 0, &config, config.prealloc_first())?;
         if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
             fs.sync_dir(parent)
                 .map_err(|e| LogError::io(parent, "fsync directory", e))?;
@@ -777,7 +863,8 @@ impl Log {
                 let n = last.checked_add(1).ok_or_else(|| {
                     LogError::corrupt(dir.join(sealed_name(last)), 0, "segment numbers exhausted")
                 })?;
-                let (f, p, file_end) = create_segment(&*fs, dir, n, &config)?;
+                let (f, p, file_end) =
+                    create_segment(&*fs, dir, n, &config, config.prealloc_first())?;
                 segments.insert(
                     n,
                     SegEntry {
@@ -852,8 +939,12 @@ impl Log {
             .next_back()
             .copied()
             .unwrap_or(first_segment);
-        let (tx, rx) = channel();
-        let shared = Arc::new(Shared {
+        // The zero region there is (made by `create_segment`, or found on open: after a crash,
+        // or in a file of an older build, which kept it on close) counts as the last step.
+        // None (a clean close gives it back): the next step is the first.
+        let prealloc_step = file_end.saturating_sub(len).min(config.preallocate_bytes);
+        let shared = Arc::new_cyclic(|this| Shared {
+            this: this.clone(),
             dir: dir.to_path_buf(),
             fs,
             config,
@@ -873,9 +964,9 @@ impl Log {
                 synced: len,
                 file_end,
                 preallocates,
+                prealloc_step,
                 seq: 0,
                 poisoned: None,
-                seal_tx: None,
             }),
             commit: Mutex::new(Commit::default()),
             commit_cv: Condvar::new(),
@@ -885,21 +976,11 @@ impl Log {
             written_seq: AtomicU64::new(0),
             poisoned: AtomicBool::new(false),
         });
-        let worker = Arc::clone(&shared);
-        let thread = std::thread::Builder::new()
-            .name("logbook-log-sealer".into())
-            .spawn(move || sealer_loop(&worker, rx))
-            .ok();
-        if thread.is_some() {
-            for n in to_seal {
-                shared.queue_seal(&tx, n);
-            }
-            lock(&shared.writer).seal_tx = Some(tx);
+        for n in to_seal {
+            shared.queue_seal(n);
         }
-        Log {
-            shared,
-            sealer: Mutex::new(thread),
-        }
+        let instance = LogInstances::register(dir);
+        Log { shared, instance }
     }
 
     /// Appends one atomic batch (at least one record) and returns each record's Location.
@@ -1017,7 +1098,9 @@ impl Log {
     }
 
     /// Waits until every rolled segment has been sealed (or failed to), and returns the last
-    /// sealing error, if any. Sealing runs on a background thread.
+    /// sealing error, if any. Sealing runs in the background, on at most
+    /// [`SEALER_THREADS_MAX`] threads shared by every log of the process, which exist only
+    /// while there is sealing to do.
     pub fn wait_for_sealing(&self) -> Option<String> {
         let mut s = lock(&self.shared.seal);
         while s.pending > 0 {
@@ -1033,7 +1116,7 @@ impl Log {
 
 impl Drop for Log {
     fn drop(&mut self) {
-        let tx = {
+        {
             let mut w = lock(&self.shared.writer);
             if self.shared.config.durability == Durability::NoSyncBulkImport && w.poisoned.is_none()
             {
@@ -1041,12 +1124,13 @@ impl Drop for Log {
                 let _ = self.shared.flush(&mut w);
                 let _ = w.file.sync_data();
             }
-            w.seal_tx.take()
-        };
-        drop(tx);
-        if let Some(t) = lock(&self.sealer).take() {
-            let _ = t.join();
+            if LogInstances::unregister(self.instance) {
+                self.shared.give_back_zeros(&mut w);
+            }
         }
+        // Every segment queued for sealing is sealed (or failed to) before the log is gone:
+        // its directory is then left as this log last saw it.
+        self.wait_for_sealing();
     }
 }
 
@@ -1208,13 +1292,46 @@ pub fn background_thread() {
     }
 }
 
-fn sealer_loop(shared: &Shared, rx: Receiver<u64>) {
+/// Segments waiting to be sealed, of every log of the process, and how many sealer threads
+/// run. One mutex guards both, so a job queued while the last thread decides to exit is
+/// never lost: that thread exits only after seeing the queue empty under this lock, and a
+/// queuer that then finds fewer than [`SEALER_THREADS_MAX`] threads starts one.
+struct SealPool {
+    queue: VecDeque<(Arc<Shared>, u64)>,
+    threads: usize,
+}
+
+static SEAL_POOL: Mutex<SealPool> = Mutex::new(SealPool {
+    queue: VecDeque::new(),
+    threads: 0,
+});
+
+/// A sealer thread: seals queued segments, oldest first, and exits when none is left.
+fn sealer_loop() {
     background_thread();
-    for n in rx {
-        let r = shared.seal_segment(n);
+    loop {
+        let (shared, n) = {
+            let mut pool = lock(&SEAL_POOL);
+            match pool.queue.pop_front() {
+                Some(job) => job,
+                None => {
+                    pool.threads -= 1;
+                    return;
+                }
+            }
+        };
+        // A panic must not take the thread's other jobs (other logs' seals) with it, nor
+        // leave `pending` counting a seal nobody runs (`wait_for_sealing` and drop wait on it).
+        let r = std::panic::catch_unwind(AssertUnwindSafe(|| shared.seal_segment(n)));
         let mut s = lock(&shared.seal);
-        if let Err(e) = r {
-            s.error = Some(e.to_string());
+        match r {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => s.error = Some(e.to_string()),
+            Err(_) => {
+                s.error = Some(format!(
+                    "sealing segment {n} panicked; it stays unsealed and is sealed on the next open"
+                ))
+            }
         }
         s.pending -= 1;
         shared.seal_cv.notify_all();
@@ -1222,11 +1339,49 @@ fn sealer_loop(shared: &Shared, rx: Receiver<u64>) {
 }
 
 impl Shared {
-    fn queue_seal(&self, tx: &Sender<u64>, n: u64) {
+    /// Queues segment `n` (finished, synced) for sealing in the background.
+    fn queue_seal(&self, n: u64) {
+        let Some(this) = self.this.upgrade() else {
+            // Only while the last handle is being dropped, when nothing rolls.
+            return;
+        };
         lock(&self.seal).pending += 1;
-        if tx.send(n).is_err() {
-            // The sealer is gone; the segment stays unsealed and is sealed on the next open.
-            lock(&self.seal).pending -= 1;
+        let mut pool = lock(&SEAL_POOL);
+        pool.queue.push_back((this, n));
+        if pool.threads >= SEALER_THREADS_MAX {
+            // A running thread takes it when it is done with the jobs before it.
+            return;
+        }
+        let spawned = std::thread::Builder::new()
+            .name("logbook-log-sealer".into())
+            .spawn(sealer_loop);
+        match spawned {
+            Ok(_) => pool.threads += 1,
+            Err(_) if pool.threads == 0 => {
+                // No thread can run it: the segment stays unsealed and is sealed on the next
+                // open, as after a crash.
+                pool.queue.pop_back();
+                drop(pool);
+                lock(&self.seal).pending -= 1;
+                self.seal_cv.notify_all();
+            }
+            Err(_) => {}
+        }
+    }
+
+    /// Gives the unused zero region of the newest segment back to the file system (the log is
+    /// being dropped): the file ends at its last batch, which recovery takes as clean, as it
+    /// takes zeros after it. Not synced, and best effort: a crash before the truncation
+    /// reaches the disk leaves the zeros, which are clean too. A poisoned log is left as it is
+    /// (its tail is for the next open, after `cut_unsynced`, to judge).
+    fn give_back_zeros(&self, w: &mut Writer) {
+        // Also when `file_end == flushed`: a zero-fill that failed half way (a full disk) may
+        // have left zeros past `file_end`.
+        if !w.preallocates || w.poisoned.is_some() || !w.buf.is_empty() {
+            return;
+        }
+        if w.file.set_len(w.flushed).is_ok() {
+            w.file_end = w.flushed;
         }
     }
 
@@ -1444,7 +1599,8 @@ impl Shared {
         if !w.preallocates || needed <= w.file_end {
             return Ok(());
         }
-        let target = self.config.prealloc_target(needed);
+        let step = self.config.prealloc_next(w.prealloc_step);
+        let target = self.config.prealloc_target(needed, step);
         if target <= needed {
             // Near the segment's size limit: the frames themselves extend the file.
             return Ok(());
@@ -1458,6 +1614,7 @@ impl Shared {
             return Err(e);
         }
         w.file_end = target;
+        w.prealloc_step = step;
         w.synced = w.synced.max(w.flushed);
         Ok(())
     }
@@ -1521,7 +1678,9 @@ impl Shared {
         let new = old
             .checked_add(1)
             .ok_or_else(|| LogError::invalid("segment numbers exhausted"))?;
-        let (file, path, file_end) = create_segment(&*self.fs, &self.dir, new, &self.config)?;
+        // A log that rolls is busy: the new segment starts with the step the old one reached.
+        let step = w.prealloc_step.max(self.config.prealloc_first());
+        let (file, path, file_end) = create_segment(&*self.fs, &self.dir, new, &self.config, step)?;
         {
             let mut m = write_lock(&self.segments);
             if let Some(e) = m.get_mut(&old) {
@@ -1553,9 +1712,7 @@ impl Shared {
             c.synced_seq = c.synced_seq.max(w.seq);
             self.commit_cv.notify_all();
         }
-        if let Some(tx) = &w.seal_tx {
-            self.queue_seal(tx, old);
-        }
+        self.queue_seal(old);
         Ok(())
     }
 

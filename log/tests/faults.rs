@@ -429,3 +429,78 @@ fn the_file_grows_in_chunks_and_rolls_without_zeros() {
     assert_eq!(payloads(&log).len(), 100);
     assert_eq!(log.verify().unwrap().records, 100);
 }
+
+/// The zero region grows in doubling steps (16 KiB, 32 KiB, ...). A full disk while it grows
+/// is an `Io` error of the append that needed the room, and of each retry while the disk
+/// stays full; nothing acknowledged is lost, the log is not poisoned, and once space returns
+/// the next append grows the region and succeeds. Dropping the log gives the zeros back; a
+/// truncation that fails then leaves zeros, which the next open takes as clean.
+#[test]
+fn full_disk_while_the_zero_region_grows_loses_nothing_and_recovers() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("l");
+    let c = cfg(64 << 20);
+    let (log, faults) = faulty(&d, c.clone());
+    let file = d.join("00000000000000000000.active");
+    let first = std::fs::metadata(&file).unwrap().len();
+    assert_eq!(first, logbook_log::PREALLOCATE_FIRST_BYTES);
+    let mut want = Vec::new();
+    // Fill the first region: the next 1,000-byte append needs more room.
+    while log.end().offset + 1024 <= first {
+        let p = vec![want.len() as u8; 1000];
+        log.append(&rec(&p)).unwrap();
+        want.push(p);
+    }
+    assert_eq!(
+        std::fs::metadata(&file).unwrap().len(),
+        first,
+        "no extension yet"
+    );
+    let next = vec![0xEE; 1000];
+    for what in [Injected::NoSpace, Injected::ShortWrite, Injected::NoSpace] {
+        faults.arm_on(Op::Write, ".active", 0, what);
+        let e = log.append(&rec(&next)).unwrap_err();
+        assert!(faults.all_fired());
+        assert_eq!(e.kind(), ErrorKind::Io, "{what:?}: {e}");
+        assert!(e.to_string().contains("preallocate"), "{e}");
+        assert!(e.to_string().contains("No space left"), "{e}");
+        assert!(
+            !log.is_poisoned(),
+            "{what:?}: a failed zero-fill changes nothing"
+        );
+        assert_eq!(
+            payloads(&log),
+            want,
+            "{what:?}: acknowledged records are intact"
+        );
+    }
+    // Space is back.
+    log.append(&rec(&next)).unwrap();
+    want.push(next);
+    let grown = std::fs::metadata(&file).unwrap().len();
+    assert!(
+        grown >= first + 2 * first - 4096,
+        "the step doubled: {first} -> {grown}"
+    );
+    assert!(grown <= log.end().offset + 2 * first + 4096, "{grown}");
+    let end = log.end();
+    // The truncation that gives the zeros back fails: the drop still completes.
+    faults.arm_on(Op::SetLen, ".active", 0, Injected::Eio);
+    drop(log);
+    assert!(faults.all_fired());
+    assert_eq!(std::fs::metadata(&file).unwrap().len(), grown, "zeros kept");
+    let (log, recovery) = Log::open(&d, c.clone()).unwrap();
+    assert_eq!(
+        recovery.cut_bytes, 0,
+        "zeros after the last batch are clean"
+    );
+    assert_eq!(log.end(), end);
+    assert_eq!(payloads(&log), want);
+    drop(log);
+    // A clean drop gives them back: the file ends at its last batch, and opens clean.
+    assert_eq!(std::fs::metadata(&file).unwrap().len(), end.offset);
+    let (log, recovery) = Log::open(&d, c).unwrap();
+    assert_eq!(recovery.cut_bytes, 0);
+    assert_eq!(payloads(&log), want);
+    log.verify().unwrap();
+}
