@@ -6,8 +6,8 @@
 //! All of it is derived. In memory it lives in the Root's registry entries; on a clean close
 //! the Root writes it to `catalog.snap` (layout below) and the next open reads it back and
 //! removes the file before anything changes, so a snapshot is never trusted after a crash.
-//! Without one, the times come from the Session's log files (the newest segment's mtime is
-//! the last append) and the rest from opening the Session when a page needs it.
+//! Without one, the times come from the Session's log files (the newest segment's mtime is,
+//! roughly, the last append) and the rest from opening the Session when a page needs it.
 //!
 //! Snapshot layout (integers LE):
 //!
