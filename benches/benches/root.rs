@@ -1,0 +1,212 @@
+//! A Root of many small Sessions (`root/many_sessions/N`): what each fixed cost per Session
+//! adds up to at the scale a host has.
+//!
+//! One pass per N builds the Root and prints what a single timed run can say: Sessions
+//! created per second, the first durable append to each, ingest across the Sessions (one
+//! durable append of ten rows to each) beside the peer a host uses today (one JSONL file per
+//! Session, written and fsynced), bytes on disk per empty Session, and the open time. Criterion
+//! then times what is cheap enough to repeat on the built Root: opening it with its first
+//! `sessions` page, and the first page alone.
+//!
+//! The rows are synthetic text of about the bench corpus's row size (2.8 KB), not the corpus.
+//! Run: `cargo bench -p logbook-benches --bench root -- --warm-up-time 1 --measurement-time 3`
+//! (`LOGBOOK_BENCH_SESSIONS=1000,10000` picks the sizes; 1,000 by default).
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use logbook_engine::*;
+use std::hint::black_box;
+use std::io::Write as _;
+use std::path::Path;
+use std::time::Instant;
+
+/// Rows appended to each Session by the ingest pass (the issue's "10 rows per Session").
+const ROWS_PER_SESSION: usize = 10;
+/// Bytes of text per row, about the corpus average.
+const ROW_TEXT_BYTES: usize = 2_770;
+
+fn sizes() -> Vec<usize> {
+    std::env::var("LOGBOOK_BENCH_SESSIONS")
+        .ok()
+        .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+        .unwrap_or_else(|| vec![1_000])
+}
+
+fn row_text(session: usize, row: usize) -> String {
+    let words = [
+        "the",
+        "index",
+        "of",
+        "every",
+        "segment",
+        "is",
+        "synced",
+        "before",
+        "its",
+        "checkpoint",
+        "names",
+        "it",
+        "so",
+        "recovery",
+        "reads",
+        "only",
+        "the",
+        "tail",
+    ];
+    let mut s = format!("session {session} row {row}:");
+    let mut i = session * 7 + row * 13;
+    while s.len() < ROW_TEXT_BYTES {
+        s.push(' ');
+        s.push_str(words[i % words.len()]);
+        i = i.wrapping_mul(31).wrapping_add(17);
+    }
+    s
+}
+
+fn rows(session: usize) -> Vec<Event> {
+    (0..ROWS_PER_SESSION)
+        .map(|r| {
+            Event::ModelCompletion(ModelCompletion {
+                invocation: format!("inv-{session}"),
+                model: "m".into(),
+                items: vec![Item::Assistant {
+                    body: row_text(session, r),
+                    thinking: None,
+                }],
+                usage: None,
+            })
+        })
+        .collect()
+}
+
+fn id(n: usize) -> String {
+    format!("s{n:05}")
+}
+
+fn du(dir: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::read_dir(dir)
+        .map(|it| {
+            it.flatten()
+                .map(|e| match e.metadata() {
+                    Ok(m) if m.is_dir() => du(&e.path()),
+                    Ok(m) => m.blocks() * 512,
+                    Err(_) => 0,
+                })
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// Builds a Root of `n` Sessions with `ROWS_PER_SESSION` rows each and prints the one-pass
+/// figures; returns the Root's directory.
+fn build(n: usize, tmp: &Path) -> std::path::PathBuf {
+    let dir = tmp.join(format!("root-{n}"));
+    let root = Root::open_or_init(&dir).expect("root");
+    let t = Instant::now();
+    for s in 0..n {
+        root.create_session(CreateSessionParams {
+            session_id: Some(id(s)),
+            workspace: Some("/work/space".into()),
+            operation: format!("c-{s}"),
+        })
+        .expect("create");
+    }
+    let create = t.elapsed();
+    drop(root);
+    let empty_bytes = du(&dir.join("sessions")) / n as u64;
+    let root = Root::open(&dir).expect("reopen");
+    let t = Instant::now();
+    for s in 0..n {
+        root.send(SendParams {
+            session_id: id(s),
+            operation: format!("m-{s}"),
+            text: format!("question {s}"),
+            attachments: vec![],
+        })
+        .expect("send");
+    }
+    let first_append = t.elapsed();
+    let batches: Vec<Vec<Event>> = (0..n).map(rows).collect();
+    let text_bytes: usize = (0..n)
+        .flat_map(|s| (0..ROWS_PER_SESSION).map(move |r| row_text(s, r).len()))
+        .sum();
+    let t = Instant::now();
+    for (s, events) in batches.into_iter().enumerate() {
+        root.append(AppendParams {
+            session_id: id(s),
+            operation: format!("a-{s}"),
+            events,
+        })
+        .expect("append");
+    }
+    let ingest = t.elapsed();
+    drop(root);
+    // The peer: one JSONL file per Session, one write and one fsync per file.
+    let jsonl = tmp.join(format!("jsonl-{n}"));
+    std::fs::create_dir_all(&jsonl).expect("mkdir");
+    let t = Instant::now();
+    for s in 0..n {
+        let mut text = String::new();
+        for r in 0..ROWS_PER_SESSION {
+            text.push_str(
+                &serde_json::json!({"type": "assistant", "text": row_text(s, r)}).to_string(),
+            );
+            text.push('\n');
+        }
+        let mut f = std::fs::File::create(jsonl.join(format!("{}.jsonl", id(s)))).expect("file");
+        f.write_all(text.as_bytes()).expect("write");
+        f.sync_all().expect("fsync");
+    }
+    let peer = t.elapsed();
+    let t = Instant::now();
+    let root = Root::open(&dir).expect("open");
+    let page = root
+        .sessions_page(SessionsParams::default())
+        .expect("first page");
+    let open = t.elapsed();
+    assert_eq!(page.sessions.len(), n.min(SESSIONS_PAGE_DEFAULT as usize));
+    drop(root);
+    let mb = text_bytes as f64 / 1e6;
+    println!(
+        "root/many_sessions/{n}: create {:.0}/s; first durable append {:.0}/s; \
+         ingest {mb:.1} MB of text {:.1} MB/s vs one JSONL file per Session with fsync {:.1} MB/s \
+         ({:.2}x); empty Session {:.1} KiB on disk; Root {:.2}x the text; \
+         open + first sessions page {:.1} ms (after a clean close)",
+        n as f64 / create.as_secs_f64(),
+        n as f64 / first_append.as_secs_f64(),
+        mb / ingest.as_secs_f64(),
+        mb / peer.as_secs_f64(),
+        peer.as_secs_f64() / ingest.as_secs_f64(),
+        empty_bytes as f64 / 1024.0,
+        du(&dir) as f64 / text_bytes as f64,
+        open.as_secs_f64() * 1e3,
+    );
+    dir
+}
+
+fn many_sessions(c: &mut Criterion) {
+    let tmp = tempfile::tempdir().expect("tmp");
+    for n in sizes() {
+        let dir = build(n, tmp.path());
+        let mut g = c.benchmark_group("root/many_sessions");
+        g.sample_size(10);
+        g.bench_with_input(
+            BenchmarkId::new("open_and_first_page", n),
+            &dir,
+            |b, dir| {
+                b.iter(|| {
+                    let root = Root::open(dir).expect("open");
+                    black_box(root.sessions_page(SessionsParams::default()).expect("page"));
+                })
+            },
+        );
+        let root = Root::open(&dir).expect("open");
+        g.bench_with_input(BenchmarkId::new("first_page", n), &root, |b, root| {
+            b.iter(|| black_box(root.sessions_page(SessionsParams::default()).expect("page")))
+        });
+        g.finish();
+    }
+}
+
+criterion_group!(benches, many_sessions);
+criterion_main!(benches);
