@@ -899,14 +899,7 @@ impl Root {
                 Outcome::Sequence { sequence: first },
             ))
         };
-        match s.mutate(Mutation {
-            operation: &p.operation,
-            params,
-            build: &mut build,
-        })? {
-            Outcome::Sequence { sequence } => Ok(SequenceResult { sequence }),
-            _ => Err(reused(&p.operation)),
-        }
+        mutate_sequence(&s, &p.operation, params, &mut build)
     }
 
     /// The torn tails that opens in this process cut (also passed to
@@ -1097,14 +1090,7 @@ impl Root {
                 Outcome::Sequence { sequence: first },
             ))
         };
-        match s.mutate(Mutation {
-            operation: &p.operation,
-            params,
-            build: &mut build,
-        })? {
-            Outcome::Sequence { sequence } => Ok(SequenceResult { sequence }),
-            _ => Err(reused(&p.operation)),
-        }
+        mutate_sequence(&s, &p.operation, params, &mut build)
     }
 
     /// Answers a pending interaction. Unknown id: NotFound; already resolved: Conflict.
@@ -1138,14 +1124,7 @@ impl Root {
                 Outcome::Sequence { sequence: first },
             ))
         };
-        match s.mutate(Mutation {
-            operation: &p.operation,
-            params,
-            build: &mut build,
-        })? {
-            Outcome::Sequence { sequence } => Ok(SequenceResult { sequence }),
-            _ => Err(reused(&p.operation)),
-        }
+        mutate_sequence(&s, &p.operation, params, &mut build)
     }
 
     pub fn pending_interactions(&self, session_id: &str) -> Result<Vec<Interaction>, EngineError> {
@@ -1380,6 +1359,23 @@ fn cut_copies(session_id: Option<&str>, dir: &Path) -> Vec<CutNote> {
     cuts
 }
 
+/// Applies a mutation whose outcome is one sequence (stop, respond, setTitle).
+fn mutate_sequence(
+    s: &Session,
+    operation: &str,
+    params: [u8; 32],
+    build: &mut crate::session::BuildFn<'_>,
+) -> Result<SequenceResult, EngineError> {
+    match s.mutate(Mutation {
+        operation,
+        params,
+        build,
+    })? {
+        Outcome::Sequence { sequence } => Ok(SequenceResult { sequence }),
+        _ => Err(reused(operation)),
+    }
+}
+
 fn too_big() -> EngineError {
     EngineError::invalid(format!(
         "attachments exceed SEND_ATTACHMENT_BYTES_MAX ({SEND_ATTACHMENT_BYTES_MAX} bytes per send); send fewer or smaller files"
@@ -1407,18 +1403,13 @@ impl Shared {
     /// (listings show it) until an open succeeds.
     pub(crate) fn session(&self, id: &str) -> Result<Arc<Session>, EngineError> {
         let opened = self.with_descriptors(|| self.session_once(id));
-        let summary = lock(&self.registry)
-            .sessions
-            .get(id)
-            .map(|e| Arc::clone(&e.summary));
-        if let Some(summary) = summary {
-            let mut damage = lock(&summary.damage);
-            match &opened {
-                Ok(_) => *damage = None,
-                Err(e) if matches!(e.kind(), ErrorKind::Corrupt | ErrorKind::UnsupportedFormat) => {
-                    *damage = Some(DamageNote::of(Some(id), e));
+        // Only a failure costs a registry lookup here; a successful open clears the mark
+        // where it opens (`session_once`), so requests on an open Session pay nothing.
+        if let Err(e) = &opened {
+            if matches!(e.kind(), ErrorKind::Corrupt | ErrorKind::UnsupportedFormat) {
+                if let Some(entry) = lock(&self.registry).sessions.get(id) {
+                    *lock(&entry.summary.damage) = Some(DamageNote::of(Some(id), e));
                 }
-                Err(_) => {}
             }
         }
         opened
@@ -1593,7 +1584,8 @@ impl Shared {
         if self.options.search_indexing == SearchIndexing::OnSearch {
             s.index_search_on_search();
         }
-        // Appends mark the Session's last activity in the catalog.
+        // It opened: no longer damaged. Appends mark its last activity in the catalog.
+        *lock(&summary.damage) = None;
         let _ = s.activity.set(summary);
         if let Some(c) = &s.cut {
             self.options.progress.notice(&c.to_string());
