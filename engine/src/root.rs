@@ -1726,9 +1726,25 @@ impl Shared {
     }
 
     fn sync_all(&self, checkpoint: Checkpoint) -> Result<(), EngineError> {
-        let sessions = self.open_sessions();
+        // Weak references, upgraded one at a time: the background flusher must not make every
+        // open Session look in use to the cache (`close_idle`) while it syncs one of them.
+        // Each is upgraded under the cache lock and only while still cached, the lock
+        // `take_idle` counts references under, so a Session the cache is closing is skipped
+        // and never outlives its slot lock here.
+        let sessions: Vec<std::sync::Weak<Session>> = lock(&self.opened)
+            .iter()
+            .map(|o| Arc::downgrade(&o.session))
+            .collect();
+        let still_cached = |w: &std::sync::Weak<Session>| {
+            let opened = lock(&self.opened);
+            opened
+                .iter()
+                .any(|o| std::ptr::eq(Arc::as_ptr(&o.session), w.as_ptr()))
+                .then(|| w.upgrade())
+                .flatten()
+        };
         let mut first_err = None;
-        for s in sessions {
+        for s in sessions.iter().filter_map(still_cached) {
             if let Err(e) = s.sync_indexes(checkpoint) {
                 first_err.get_or_insert(e);
             }
