@@ -1783,7 +1783,7 @@ impl Drop for Root {
         if let Some(h) = self.flusher.take() {
             let _ = h.join();
         }
-        let _ = self.shared.sync_all(Checkpoint::Now);
+        let _ = self.shared.sync_all(Checkpoint::Close);
         // Large search tails are saved so the first search after the next open need not
         // index the active segment again.
         let pairs_min = self.shared.options.search_tail_save_pairs_min;

@@ -320,11 +320,16 @@ impl Prepared {
 }
 
 /// Log bytes (record payloads) a Session appends between two state checkpoints. The background
-/// sync makes the indexes durable on every tick but rewrites `state.ckpt` (the whole state)
-/// only after this much growth, or when the Root closes or is asked to sync: an open after a
+/// sync writes the indexes out on every tick but fdatasyncs them and rewrites `state.ckpt` (the
+/// whole state) only after this much growth, or when the Root closes or is asked to sync: an open after a
 /// crash then replays at most about this much log (plus one tick's appends), and an idle or
 /// slowly written Session costs no checkpoint writes.
 pub const CHECKPOINT_LOG_BYTES: u64 = 4 << 20;
+
+/// Log bytes past the last checkpoint above which closing a Session writes a new one. Below
+/// it the next open replays the tail instead (well under a millisecond), so a small Session
+/// opened, written and closed by the cache pays no checkpoint and no index fdatasync.
+pub const CLOSE_CHECKPOINT_LOG_BYTES: u64 = 64 << 10;
 
 /// When [`Session::sync_indexes`] writes a state checkpoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -332,7 +337,10 @@ pub(crate) enum Checkpoint {
     /// Only when the log grew by more than [`CHECKPOINT_LOG_BYTES`] since the last one (the
     /// background timer).
     IfGrown,
-    /// Whenever the log grew at all since the last one (close, `Root::sync_indexes`).
+    /// When the log grew by more than [`CLOSE_CHECKPOINT_LOG_BYTES`] (a Session closed by the
+    /// cache or by the Root's close).
+    Close,
+    /// Whenever the log grew at all since the last one (`Root::sync_indexes`).
     Now,
 }
 
@@ -859,7 +867,7 @@ impl Session {
     /// nothing and indexes nothing again. Best effort: everything here is derived from the
     /// log, so what fails is rebuilt by that open.
     pub(crate) fn close(&self, search_tail_save_pairs_min: u64) {
-        let _ = self.sync_indexes(Checkpoint::Now);
+        let _ = self.sync_indexes(Checkpoint::Close);
         self.search.save_tail(self, search_tail_save_pairs_min);
     }
 
@@ -1398,6 +1406,7 @@ impl Session {
             .saturating_sub(mark.appended_bytes);
         let want_ckpt = match checkpoint {
             Checkpoint::IfGrown => grown > CHECKPOINT_LOG_BYTES,
+            Checkpoint::Close => grown > CLOSE_CHECKPOINT_LOG_BYTES,
             Checkpoint::Now => grown > 0,
         };
         if !dirty && !want_ckpt {
@@ -1434,7 +1443,17 @@ impl Session {
             });
             (pending, snapshot)
         };
-        let written = pending.map(logbook_index::PendingSync::write);
+        // Entries are fdatasync'd only for a checkpoint, which counts them as durable. Without
+        // one they are written for this process and the next (a later open takes them, and
+        // `Session::referenced` still holds: each was written after its record was synced),
+        // but after a power loss the next open may find them short and rebuild.
+        let written = pending.map(|p| {
+            if want_ckpt {
+                p.write()
+            } else {
+                p.write_unsynced()
+            }
+        });
         {
             let mut inner = self.write_checked()?;
             let [seq, rows, receipts] = written;

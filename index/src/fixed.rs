@@ -120,15 +120,29 @@ impl PendingSync {
     /// Writes the entries past the durable part and fdatasyncs. Needs no lock: the bytes go
     /// at or beyond the mapped length, never inside it, and the index itself is not touched.
     pub fn write(self) -> Result<SyncedEntries, IndexError> {
+        self.write_with(true)
+    }
+
+    /// Writes the entries like [`PendingSync::write`] but leaves them in the page cache: they
+    /// survive the process but not a power loss, after which `open` finds the file short or
+    /// torn and the caller rebuilds. For a caller that does not promise them durable (the
+    /// engine syncs its indexes only before a checkpoint counts them).
+    pub fn write_unsynced(self) -> Result<SyncedEntries, IndexError> {
+        self.write_with(false)
+    }
+
+    fn write_with(self, sync: bool) -> Result<SyncedEntries, IndexError> {
         if self.bytes.is_empty() {
             return Ok(self.synced);
         }
         self.file
             .write_all_at(&self.bytes, self.at)
             .map_err(|e| IndexError::io(&self.path, "pwrite", e))?;
-        self.file
-            .sync_data()
-            .map_err(|e| IndexError::io(&self.path, "fdatasync", e))?;
+        if sync {
+            self.file
+                .sync_data()
+                .map_err(|e| IndexError::io(&self.path, "fdatasync", e))?;
+        }
         Ok(self.synced)
     }
 }
@@ -218,11 +232,14 @@ fn check_header(path: &Path, h: &[u8], tag: [u8; 4], width: u32) -> Result<(), I
 }
 
 impl FixedIndex {
-    /// Creates an empty index at `path`, atomically replacing any file there
-    /// (so a caller rebuilds a damaged index by creating it again).
+    /// Creates an empty index at `path`, replacing any file there by a rename (so a caller
+    /// rebuilds a damaged index by creating it again). Nothing is synced: an index is derived
+    /// data, and after a crash the old file, the new one or none is found, each of which
+    /// `open` either takes or refuses for a rebuild. The caller makes the directory entry
+    /// durable when it needs it (the engine's checkpoint syncs the directory).
     pub fn create(path: &Path, tag: [u8; 4], width: u32) -> Result<FixedIndex, IndexError> {
         check_width(width)?;
-        fsutil::write_atomic(path, &[&encode_header(tag, width)])?;
+        fsutil::write_replace_unsynced(path, &[&encode_header(tag, width)])?;
         let file = Arc::new(open_rw(path)?);
         Ok(FixedIndex {
             path: path.to_path_buf(),
@@ -354,7 +371,11 @@ impl FixedIndex {
     }
 
     /// Keeps the first `len` entries. Shrinking into the durable part rewrites
-    /// the file length (after dropping the map) and fdatasyncs.
+    /// the file length (after dropping the map), with no fdatasync: after a crash the
+    /// file may be found longer again, holding entries that were once valid at their
+    /// positions, which the caller already treats as it treats any index ahead of its
+    /// source (the engine checks entries against its checkpoint and log, and cuts or
+    /// rebuilds). The next synced write makes the new length durable with its entries.
     pub fn truncate(&mut self, len: u64) -> Result<(), IndexError> {
         if len > self.len() {
             return Err(IndexError::InvalidArgument {
@@ -382,12 +403,7 @@ impl FixedIndex {
         let result = self
             .file
             .set_len(whole)
-            .map_err(|e| IndexError::io(&self.path, "ftruncate", e))
-            .and_then(|()| {
-                self.file
-                    .sync_data()
-                    .map_err(|e| IndexError::io(&self.path, "fdatasync", e))
-            });
+            .map_err(|e| IndexError::io(&self.path, "ftruncate", e));
         if let Err(e) = result {
             self.poisoned = true;
             return Err(e);

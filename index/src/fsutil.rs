@@ -1,4 +1,5 @@
-//! Small file helpers shared by the index file types: atomic replace and read-only maps.
+//! Small file helpers shared by the index file types: replace by rename (atomic and durable,
+//! or unsynced for derived files) and read-only maps.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
@@ -21,6 +22,18 @@ fn tmp_path(path: &Path) -> PathBuf {
 /// Writes `parts` to `path` atomically: a temporary file beside it, fsync, rename over
 /// `path`, fsync of the directory. A crash leaves either the old file or the new one.
 pub(crate) fn write_atomic(path: &Path, parts: &[&[u8]]) -> Result<(), IndexError> {
+    write_replace(path, parts, true)
+}
+
+/// Writes `parts` to `path` through a temporary file renamed over it, with no fsync: for
+/// derived files that are rebuilt when missing or damaged, where a crash may leave the old
+/// file, the new one, or none, and each of those is safe. Whatever later needs the file
+/// durable syncs it (and its directory) then.
+pub(crate) fn write_replace_unsynced(path: &Path, parts: &[&[u8]]) -> Result<(), IndexError> {
+    write_replace(path, parts, false)
+}
+
+fn write_replace(path: &Path, parts: &[&[u8]], durable: bool) -> Result<(), IndexError> {
     let tmp = tmp_path(path);
     let result = (|| {
         let mut file = OpenOptions::new()
@@ -33,10 +46,15 @@ pub(crate) fn write_atomic(path: &Path, parts: &[&[u8]]) -> Result<(), IndexErro
             file.write_all(part)
                 .map_err(|e| IndexError::io(&tmp, "write", e))?;
         }
-        file.sync_all()
-            .map_err(|e| IndexError::io(&tmp, "fsync", e))?;
+        if durable {
+            file.sync_all()
+                .map_err(|e| IndexError::io(&tmp, "fsync", e))?;
+        }
         fs::rename(&tmp, path).map_err(|e| IndexError::io(path, "rename", e))?;
-        sync_parent(path)
+        if durable {
+            sync_parent(path)?;
+        }
+        Ok(())
     })();
     if result.is_err() {
         // Best effort: a leftover temporary file is harmless but untidy.

@@ -23,9 +23,10 @@
 //!   that read, and of every later one, naming file and offset). [`Log::open_from`] checks only the newest segment's bytes after a durable
 //!   mark the caller supplies (and proves that mark first). [`Log::verify`] walks every
 //!   checksum.
-//! - With [`Durability::Sync`], the newest segment ends in a zero-filled, synced region ahead
-//!   of the write position, so a commit's fdatasync only overwrites allocated blocks. The
-//!   region grows with the write rate: it starts at [`PREALLOCATE_FIRST_BYTES`] and each
+//! - With [`Durability::Sync`], the newest segment ends in a zero-filled region ahead of the
+//!   write position, so a commit's fdatasync only overwrites allocated blocks (an extension
+//!   is synced by the commit that needed it, with its batch). The region grows with the
+//!   write rate: it starts at [`PREALLOCATE_FIRST_BYTES`] and each
 //!   extension doubles the last, up to [`LogConfig::preallocate_bytes`]; dropping the log
 //!   (and rolling a segment) gives the unused zeros back, so an empty log costs 16 KiB on
 //!   disk while open and one block closed. The zeros are never part of the logical stream.

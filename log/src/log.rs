@@ -75,9 +75,10 @@ pub struct LogConfig {
     pub segment_bytes_max: u64,
     /// When appends are acknowledged.
     pub durability: Durability,
-    /// With [`Durability::Sync`], the newest segment is zero-filled (and synced) ahead of the
-    /// write position, so that commit fdatasyncs overwrite allocated blocks and need no
-    /// journal commit. Each time appends reach the end of the zeros one step is added: the
+    /// With [`Durability::Sync`], the newest segment is zero-filled ahead of the write
+    /// position, so that commit fdatasyncs overwrite allocated blocks and need no journal
+    /// commit. Each time appends reach the end of the zeros one step is added (made durable by
+    /// the commit that needed it, together with that batch): the
     /// first is [`PREALLOCATE_FIRST_BYTES`] (or this, if smaller), each later one twice the
     /// previous, at most this. Never past `segment_bytes_max`; 0 turns it off. The unused
     /// zeros are given back when the log is dropped and when a segment rolls. Not used by
@@ -1591,7 +1592,7 @@ impl Shared {
     }
 
     /// Makes sure the next `batch_len` bytes land in the preallocated zero region, zero-filling
-    /// (and syncing) the next chunk when they would not. A failed zero-fill write is reported
+    /// the next chunk when they would not. A failed zero-fill write is reported
     /// and changes nothing (the bytes after the last frame are zeros or absent either way), so
     /// it does not poison the log; a failed fdatasync does, as everywhere.
     fn ensure_room(&self, w: &mut Writer, batch_len: u64) -> Result<(), LogError> {
@@ -1606,16 +1607,14 @@ impl Shared {
             return Ok(());
         }
         debug_assert_eq!(w.flushed, w.written, "Sync mode flushes every batch");
+        // Not synced here: the batch that needs the room is written next and its commit's
+        // fdatasync makes the zeros, the new length and the batch durable at once (one sync
+        // per extension instead of two). Until then nothing past `synced` was promised, and
+        // recovery judges whatever a crash leaves there as it would any unsynced tail.
         zero_fill(&*w.file, w.file_end.max(w.flushed), target)
             .map_err(|e| LogError::io(&w.path, "preallocate (zero-fill)", e))?;
-        if let Err(e) = w.file.sync_data() {
-            let e = LogError::io(&w.path, "fdatasync", e);
-            self.poison(w, &e);
-            return Err(e);
-        }
         w.file_end = target;
         w.prealloc_step = step;
-        w.synced = w.synced.max(w.flushed);
         Ok(())
     }
 
@@ -1642,6 +1641,11 @@ impl Shared {
             });
         }
         let r = self.flush(&mut w).and_then(|()| {
+            if w.synced >= w.flushed {
+                // Every byte was covered by a completed fdatasync already (`Sync` mode after
+                // its commits): nothing to wait for.
+                return Ok(());
+            }
             w.file
                 .sync_data()
                 .map_err(|e| LogError::io(&w.path, "fdatasync", e))
