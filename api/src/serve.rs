@@ -1,17 +1,25 @@
 //! `logbook serve`: one JSON request per input line, one answer line per request.
 //!
-//! Answers are written in request order, because requests run one after the
-//! other on the reading thread, except the waiting methods
-//! ([`crate::dispatch::WAITING_METHODS`]), which run on a thread of their own
-//! and answer whenever they finish, so they never hold up what follows them.
+//! Answers are written in request order. Requests on different Sessions run at the same
+//! time (at most [`REQUESTS_IN_FLIGHT_MAX`], on a pool of threads), so durable appends to
+//! many Sessions share the disk's time instead of queueing for it; requests on the same
+//! Session run one after the other in the order they were read. A request that names no
+//! Session (`sessions`, `verify`, `createSession` without an id, ...), `readFile` (which
+//! streams) and a malformed line each wait until everything read before them is answered
+//! and run alone, so every request sees the effects of all requests before it that it could
+//! depend on. The waiting methods ([`crate::dispatch::WAITING_METHODS`]) start the same way
+//! but run on a thread of their own and answer whenever they finish, so they never hold up
+//! what follows them.
 //! No input can stop the server: a line that is not a request gets an error
 //! answer (with `id: null` when no id can be read) and the next line is read.
 //! At the end of input every waiting request is answered at once with what its timeout
 //! would give ([`Host::end_waits`]), and the server returns.
 
+use std::collections::BTreeMap;
 use std::io::{self, BufRead, Write};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Arc, Mutex};
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 
 use serde::Deserialize;
@@ -26,6 +34,8 @@ use crate::wire::WireError;
 pub const WAITS_IN_FLIGHT_MAX: usize = 256;
 /// The longest request line read; a longer one is answered as malformed.
 pub const REQUEST_LINE_BYTES_MAX: usize = 256 << 20;
+/// Requests on different Sessions that run at once (the server's pool of threads).
+pub const REQUESTS_IN_FLIGHT_MAX: usize = 8;
 
 #[derive(Deserialize)]
 struct Request<'a> {
@@ -42,26 +52,122 @@ struct IdOnly<'a> {
     id: Option<&'a RawValue>,
 }
 
+/// The Session a request is about, when its parameters name one.
+#[derive(Deserialize)]
+struct SessionOnly {
+    #[serde(default, rename = "sessionId")]
+    session_id: Option<serde_json::Value>,
+}
+
 /// Shared, line-atomic output.
 #[derive(Clone)]
 struct Out(Arc<Mutex<Box<dyn Write + Send>>>);
 
 impl Out {
-    fn line(&self, id: &str, tag: &str, body: &str) {
+    fn write(&self, text: &str) {
         let mut w = self.0.lock().unwrap_or_else(|poison| poison.into_inner());
         // A closed stdout cannot be answered on; the loop ends at end of input anyway.
-        let _ = writeln!(w, "{{\"id\":{id},\"{tag}\":{body}}}").and_then(|_| w.flush());
+        let _ = w.write_all(text.as_bytes()).and_then(|_| w.flush());
+    }
+
+    fn line(&self, id: &str, tag: &str, body: &str) {
+        self.write(&line(id, tag, body));
     }
 
     fn answer(&self, id: &str, result: Result<Box<RawValue>, ApiError>) {
-        match result {
-            Ok(raw) => self.line(id, "result", raw.get()),
-            Err(err) => {
-                let body = serde_json::to_string(&WireError::from(&err))
-                    .expect("an error of two strings always encodes");
-                self.line(id, "error", &body);
-            }
+        self.write(&answer(id, result));
+    }
+}
+
+fn line(id: &str, tag: &str, body: &str) -> String {
+    format!("{{\"id\":{id},\"{tag}\":{body}}}\n")
+}
+
+fn answer(id: &str, result: Result<Box<RawValue>, ApiError>) -> String {
+    match result {
+        Ok(raw) => line(id, "result", raw.get()),
+        Err(err) => {
+            let body = serde_json::to_string(&WireError::from(&err))
+                .expect("an error of two strings always encodes");
+            line(id, "error", &body)
         }
+    }
+}
+
+/// A request run on the pool: `seq` orders its answer among the pool's.
+struct Job {
+    seq: u64,
+    id: String,
+    method: String,
+    params: Option<Box<RawValue>>,
+}
+
+/// Which pooled requests run, and the answers that wait for earlier ones to be written.
+#[derive(Default)]
+struct Flight {
+    /// Requests handed to the pool and not yet answered, with their Session.
+    running: BTreeMap<u64, String>,
+    /// Answers of finished requests waiting for an earlier one.
+    done: BTreeMap<u64, String>,
+    /// The next `seq` to hand out, and the next to write.
+    next_seq: u64,
+    next_out: u64,
+}
+
+struct Order {
+    flight: Mutex<Flight>,
+    changed: Condvar,
+}
+
+impl Order {
+    fn lock(&self) -> MutexGuard<'_, Flight> {
+        self.flight.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn wait<'a>(&self, g: MutexGuard<'a, Flight>) -> MutexGuard<'a, Flight> {
+        self.changed.wait(g).unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits until every pooled request read so far is answered (and so written).
+    fn drain(&self) {
+        let mut g = self.lock();
+        while !g.running.is_empty() {
+            g = self.wait(g);
+        }
+    }
+
+    /// Waits until `session` has no request running and the pool has room, then takes a
+    /// place for one more: its `seq`.
+    fn admit(&self, session: &str) -> u64 {
+        let mut g = self.lock();
+        while g.running.len() >= REQUESTS_IN_FLIGHT_MAX
+            || g.running.values().any(|s| s == session)
+        {
+            g = self.wait(g);
+        }
+        let seq = g.next_seq;
+        g.next_seq += 1;
+        g.running.insert(seq, session.to_owned());
+        seq
+    }
+
+    /// Records the answer of `seq` and writes every answer now next in line.
+    fn finish(&self, out: &Out, seq: u64, text: String) {
+        let mut g = self.lock();
+        g.done.insert(seq, text);
+        loop {
+            let next = g.next_out;
+            let Some(text) = g.done.remove(&next) else {
+                break;
+            };
+            // Written under the lock, so answers leave in order; `running` keeps the request
+            // until then, so a request that waits for the pool to drain sees it written.
+            out.write(&text);
+            g.running.remove(&next);
+            g.next_out += 1;
+        }
+        drop(g);
+        self.changed.notify_all();
     }
 }
 
@@ -72,6 +178,25 @@ pub fn serve(
     output: Box<dyn Write + Send>,
 ) -> io::Result<()> {
     let out = Out(Arc::new(Mutex::new(output)));
+    let order = Arc::new(Order {
+        flight: Mutex::new(Flight::default()),
+        changed: Condvar::new(),
+    });
+    let (jobs, queue) = mpsc::channel::<Job>();
+    let queue = Arc::new(Mutex::new(queue));
+    let pool: Vec<JoinHandle<()>> = (0..REQUESTS_IN_FLIGHT_MAX)
+        .map(|_| {
+            let (host, out, order, queue) =
+                (host.clone(), out.clone(), order.clone(), queue.clone());
+            std::thread::spawn(move || loop {
+                let job = queue.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                let Ok(job) = job else { break };
+                // Pooled requests never stream items (`readFile` runs alone).
+                let result = run(&host, &job.method, job.params.as_deref(), &mut |_| {});
+                order.finish(&out, job.seq, answer(&job.id, result));
+            })
+        })
+        .collect();
     let mut waits: Vec<JoinHandle<()>> = Vec::new();
     let mut line = Vec::new();
     loop {
@@ -81,7 +206,18 @@ pub fn serve(
             break;
         }
         waits.retain(|h| !h.is_finished());
-        handle_line(&host, &out, &line, &mut waits);
+        let server = Server {
+            host: &host,
+            out: &out,
+            order: &order,
+            jobs: &jobs,
+        };
+        server.handle_line(&line, &mut waits);
+    }
+    order.drain();
+    drop(jobs);
+    for handle in pool {
+        let _ = handle.join();
     }
     // Nothing more can be asked, so no wait can end on a later request; holding the Root
     // (and its writer lock) for the rest of a long timeout would only shut others out.
@@ -122,61 +258,114 @@ fn memchr_newline(buf: &[u8]) -> Option<usize> {
     buf.iter().position(|&b| b == b'\n')
 }
 
-fn handle_line(host: &Arc<Host>, out: &Out, line: &[u8], waits: &mut Vec<JoinHandle<()>>) {
-    let malformed = |message: String| out.answer("null", Err(ApiError::invalid(message)));
-    if line.len() > REQUEST_LINE_BYTES_MAX {
-        return malformed(format!(
-            "request line longer than {REQUEST_LINE_BYTES_MAX} bytes"
-        ));
+struct Server<'a> {
+    host: &'a Arc<Host>,
+    out: &'a Out,
+    order: &'a Order,
+    jobs: &'a mpsc::Sender<Job>,
+}
+
+impl Server<'_> {
+    /// Answers a line that is not a request, in its place in the order.
+    fn malformed(&self, id: &str, message: String) {
+        self.order.drain();
+        self.out.answer(id, Err(ApiError::invalid(message)));
     }
-    let Ok(text) = std::str::from_utf8(line) else {
-        return malformed("request line is not UTF-8".to_owned());
-    };
-    let text = text.trim_end_matches('\r');
-    let request: Request<'_> = match serde_json::from_str(text) {
-        Ok(r) => r,
-        Err(err) => {
-            let id = serde_json::from_str::<IdOnly<'_>>(text)
-                .ok()
-                .and_then(|r| r.id.map(|id| id.get().to_owned()))
-                .unwrap_or_else(|| "null".to_owned());
-            return out.answer(
-                &id,
-                Err(ApiError::invalid(format!("malformed request: {err}"))),
+
+    fn handle_line(&self, line: &[u8], waits: &mut Vec<JoinHandle<()>>) {
+        if line.len() > REQUEST_LINE_BYTES_MAX {
+            return self.malformed(
+                "null",
+                format!("request line longer than {REQUEST_LINE_BYTES_MAX} bytes"),
             );
         }
-    };
-    let id = request.id.map(RawValue::get).unwrap_or("null").to_owned();
-    let method = request.method;
-    let params = request.params.map(ToOwned::to_owned);
-    if is_waiting(&method) {
-        if waits.len() >= WAITS_IN_FLIGHT_MAX {
-            let err = ApiError::new(
-                ErrorCode::Busy,
-                format!(
-                    "{WAITS_IN_FLIGHT_MAX} waiting requests are in flight; wait for some to answer"
-                ),
-            );
-            return out.answer(&id, Err(err));
+        let Ok(text) = std::str::from_utf8(line) else {
+            return self.malformed("null", "request line is not UTF-8".to_owned());
+        };
+        let text = text.trim_end_matches('\r');
+        let request: Request<'_> = match serde_json::from_str(text) {
+            Ok(r) => r,
+            Err(err) => {
+                let id = serde_json::from_str::<IdOnly<'_>>(text)
+                    .ok()
+                    .and_then(|r| r.id.map(|id| id.get().to_owned()))
+                    .unwrap_or_else(|| "null".to_owned());
+                return self.malformed(&id, format!("malformed request: {err}"));
+            }
+        };
+        let id = request.id.map(RawValue::get).unwrap_or("null").to_owned();
+        let method = request.method;
+        let params = request.params.map(ToOwned::to_owned);
+        if is_waiting(&method) {
+            self.order.drain();
+            if waits.len() >= WAITS_IN_FLIGHT_MAX {
+                let err = ApiError::new(
+                    ErrorCode::Busy,
+                    format!(
+                        "{WAITS_IN_FLIGHT_MAX} waiting requests are in flight; wait for some to answer"
+                    ),
+                );
+                return self.out.answer(&id, Err(err));
+            }
+            let (host, out) = (self.host.clone(), self.out.clone());
+            waits.push(std::thread::spawn(move || {
+                let result = run(&host, &method, params.as_deref(), &mut |item| {
+                    out.line(&id, "item", item.get())
+                });
+                out.answer(&id, result);
+            }));
+            return;
         }
-        let (host, out) = (host.clone(), out.clone());
-        waits.push(std::thread::spawn(move || {
-            run(&host, &out, &id, &method, params.as_deref())
-        }));
-    } else {
-        run(host, out, &id, &method, params.as_deref());
+        match session_of(&method, params.as_deref()) {
+            Some(session) => {
+                let seq = self.order.admit(&session);
+                let job = Job {
+                    seq,
+                    id,
+                    method,
+                    params,
+                };
+                if let Err(mpsc::SendError(job)) = self.jobs.send(job) {
+                    // The pool is gone only if every worker panicked outside `run`.
+                    let err = ApiError::new(ErrorCode::Io, "the server's threads are gone");
+                    self.order.finish(self.out, job.seq, answer(&job.id, Err(err)));
+                }
+            }
+            None => {
+                self.order.drain();
+                let out = self.out;
+                let result = run(self.host, &method, params.as_deref(), &mut |item| {
+                    out.line(&id, "item", item.get())
+                });
+                out.answer(&id, result);
+            }
+        }
     }
 }
 
-fn run(host: &Host, out: &Out, id: &str, method: &str, params: Option<&RawValue>) {
-    let result = catch_unwind(AssertUnwindSafe(|| {
-        call(host, method, params, &mut |item| out.line(id, "item", item.get()))
-    }))
-    .unwrap_or_else(|_| {
+/// The Session a request runs on, when it may run beside requests on other Sessions:
+/// its `sessionId` parameter, for every method but `readFile` (which streams its answer).
+fn session_of(method: &str, params: Option<&RawValue>) -> Option<String> {
+    if method == "readFile" {
+        return None;
+    }
+    let p: SessionOnly = serde_json::from_str(params?.get()).ok()?;
+    match p.session_id? {
+        serde_json::Value::String(s) => Some(s),
+        _ => None,
+    }
+}
+
+fn run(
+    host: &Host,
+    method: &str,
+    params: Option<&RawValue>,
+    items: &mut dyn FnMut(Box<RawValue>),
+) -> Result<Box<RawValue>, ApiError> {
+    catch_unwind(AssertUnwindSafe(|| call(host, method, params, items))).unwrap_or_else(|_| {
         Err(ApiError::new(
             ErrorCode::Io,
             format!("internal failure while serving {method:?}; the server keeps running, please report it"),
         ))
-    });
-    out.answer(id, result);
+    })
 }

@@ -1288,3 +1288,101 @@ fn a_failed_write_is_io_and_loses_nothing() {
         .unwrap();
     assert!(verify.status.success(), "{verify:?}");
 }
+
+/// Requests on different Sessions run at once on the server's pool; answers still leave in
+/// request order, requests on one Session keep their order, and a request naming no Session
+/// sees everything sent before it.
+#[test]
+fn pipelined_requests_on_many_sessions_answer_in_request_order() {
+    let root = new_root();
+    const SESSIONS: usize = 24;
+    const ROUNDS: usize = 6;
+    let mut lines = Vec::new();
+    let mut id = 0u64;
+    let mut next = |method: &str, params: Value| {
+        id += 1;
+        json!({"id": id, "method": method, "params": params})
+    };
+    for s in 0..SESSIONS {
+        lines.push(next(
+            "createSession",
+            json!({"sessionId": format!("p{s}"), "operation": format!("c{s}")}),
+        ));
+    }
+    for r in 0..ROUNDS {
+        for s in 0..SESSIONS {
+            lines.push(next(
+                "append",
+                json!({"sessionId": format!("p{s}"), "operation": format!("a{s}-{r}"), "events": [
+                    {"kind": "modelCompletion", "invocation": format!("i{s}"), "model": "m", "usage": null,
+                     "items": [{"kind": "assistant", "body": format!("session {s} round {r}"), "thinking": null}]}]}),
+            ));
+            // A repeated operation in the same pipeline answers from its receipt.
+            if r == 0 {
+                lines.push(next(
+                    "append",
+                    json!({"sessionId": format!("p{s}"), "operation": format!("a{s}-0"), "events": [
+                        {"kind": "modelCompletion", "invocation": format!("i{s}"), "model": "m", "usage": null,
+                         "items": [{"kind": "assistant", "body": format!("session {s} round 0"), "thinking": null}]}]}),
+                ));
+            }
+        }
+        lines.push(next("sessions", json!({"limit": 1000})));
+    }
+    for s in 0..SESSIONS {
+        lines.push(next(
+            "history",
+            json!({"sessionId": format!("p{s}"), "limit": 100, "direction": "forward"}),
+        ));
+    }
+    let (status, answers, stderr) = serve_once(root.path(), &lines);
+    assert!(status.success(), "{stderr}");
+    let ids: Vec<u64> = answers.iter().map(|a| a["id"].as_u64().unwrap()).collect();
+    assert_eq!(ids, (1..=id).collect::<Vec<_>>(), "answers in request order");
+    for a in &answers {
+        assert!(a.get("result").is_some(), "{a}");
+    }
+    // Each Session's appends got the next sequence in the order they were sent; the repeat
+    // answered the first's.
+    let mut last = std::collections::HashMap::new();
+    let mut seen_rounds = 0;
+    for (line, a) in lines.iter().zip(&answers) {
+        match line["method"].as_str().unwrap() {
+            "append" => {
+                let sid = line["params"]["sessionId"].as_str().unwrap().to_owned();
+                let seq = a["result"]["firstSequence"].as_u64().unwrap();
+                let op = line["params"]["operation"].as_str().unwrap();
+                let prev = last.insert((sid.clone(), op.to_owned()), seq);
+                if let Some(p) = prev {
+                    assert_eq!(p, seq, "{sid} {op}: a repeat answers the first");
+                }
+            }
+            "sessions" => {
+                seen_rounds += 1;
+                // Everything sent before the listing is in it: each Session holds its
+                // creation and one event per round so far.
+                let listed = a["result"]["sessions"].as_array().unwrap();
+                assert_eq!(listed.len(), SESSIONS);
+                for l in listed {
+                    assert_eq!(l["revision"].as_u64().unwrap(), 1 + seen_rounds, "{l}");
+                    assert_eq!(l["rows"].as_u64().unwrap(), seen_rounds, "{l}");
+                }
+            }
+            "history" => {
+                let bodies: Vec<String> = a["result"]["rows"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter_map(|r| r["fields"]["body"]["text"].as_str().map(str::to_owned))
+                    .collect();
+                let s = line["params"]["sessionId"].as_str().unwrap()[1..].to_owned();
+                let want: Vec<String> = (0..ROUNDS)
+                    .map(|r| format!("session {s} round {r}"))
+                    .collect();
+                assert_eq!(bodies, want);
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(seen_rounds, ROUNDS as u64);
+}

@@ -1634,15 +1634,12 @@ impl Shared {
         }
         std::fs::create_dir(&staging)
             .map_err(|e| EngineError::io(&staging, "create directory", e))?;
+        // `Log::create` syncs its file, its directory and `staging` (the log directory's name).
         drop(Log::create(&staging.join("log"), self.log_config())?);
-        let durable = self.options.durability == Durability::Sync;
-        if durable {
-            crate::fsutil::sync_dir(&staging)?;
-        }
         let dir = sessions.join(id);
         std::fs::rename(&staging, &dir)
             .map_err(|e| EngineError::io(&dir, "rename into place", e))?;
-        if durable {
+        if self.options.durability == Durability::Sync {
             crate::fsutil::sync_dir(&sessions)?;
         }
         Ok(())
@@ -1661,7 +1658,7 @@ impl Shared {
     }
 
     /// Builds Session `id`'s directory under its staging name (ids never start with '.'),
-    /// removing whatever an earlier attempt left there, and syncs it.
+    /// removing whatever an earlier attempt left there.
     fn build_staging(
         &self,
         id: &str,
@@ -1670,11 +1667,9 @@ impl Shared {
     ) -> Result<PathBuf, EngineError> {
         let staging = self.staging_of(id);
         crate::fsutil::remove_any(&staging)?;
+        // Durable as built: `Log::create` syncs the log's file, its directory and `staging`,
+        // and the first event is appended with the Root's durability.
         Session::create_files_with(&staging, workspace, branch, self.log_config())?;
-        // Directory syncs are what makes the creation durable; bulk import skips them too.
-        if self.options.durability == Durability::Sync {
-            crate::fsutil::sync_dir(&staging)?;
-        }
         Ok(staging)
     }
 
