@@ -3,7 +3,8 @@
 //! Answers are written in request order. Requests on different Sessions run at the same
 //! time (at most [`REQUESTS_IN_FLIGHT_MAX`], on a pool of threads), so durable appends to
 //! many Sessions share the disk's time instead of queueing for it; requests on the same
-//! Session run one after the other in the order they were read. A request that names no
+//! Session run one after the other in the order they were read, queued meanwhile without
+//! holding up the requests behind them (up to [`REQUESTS_QUEUED_MAX`] read ahead). A request that names no
 //! Session (`sessions`, `verify`, `createSession` without an id, ...), `readFile` (which
 //! streams) and a malformed line each wait until everything read before them is answered
 //! and run alone, so every request sees the effects of all requests before it that it could
@@ -15,7 +16,7 @@
 //! At the end of input every waiting request is answered at once with what its timeout
 //! would give ([`Host::end_waits`]), and the server returns.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::{self, BufRead, Write};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc;
@@ -36,6 +37,11 @@ pub const WAITS_IN_FLIGHT_MAX: usize = 256;
 pub const REQUEST_LINE_BYTES_MAX: usize = 256 << 20;
 /// Requests on different Sessions that run at once (the server's pool of threads).
 pub const REQUESTS_IN_FLIGHT_MAX: usize = 8;
+/// Requests read ahead of their answers at most (the reader waits past this), so that a
+/// request on a busy Session does not hold up the ones behind it on other Sessions...
+pub const REQUESTS_QUEUED_MAX: usize = 4096;
+/// ...and their parameters' bytes at most (one larger request is still taken alone).
+pub const REQUESTS_QUEUED_BYTES_MAX: usize = 256 << 20;
 
 #[derive(Deserialize)]
 struct Request<'a> {
@@ -97,18 +103,24 @@ fn answer(id: &str, result: Result<Box<RawValue>, ApiError>) -> String {
 /// A request run on the pool: `seq` orders its answer among the pool's.
 struct Job {
     seq: u64,
+    session: String,
     id: String,
     method: String,
     params: Option<Box<RawValue>>,
 }
 
-/// Which pooled requests run, and the answers that wait for earlier ones to be written.
+/// Pooled requests between being read and having their answer written.
 #[derive(Default)]
 struct Flight {
-    /// Requests handed to the pool and not yet answered, with their Session.
-    running: BTreeMap<u64, String>,
+    /// Sessions with a request on the pool, each with the requests read after it, waiting.
+    busy: HashMap<String, VecDeque<Job>>,
+    /// Requests read and not yet answered, and the bytes of their parameters.
+    unanswered: usize,
+    unanswered_bytes: usize,
     /// Answers of finished requests waiting for an earlier one.
     done: BTreeMap<u64, String>,
+    /// The parameter bytes of each request read and not yet answered.
+    sizes: HashMap<u64, usize>,
     /// The next `seq` to hand out, and the next to write.
     next_seq: u64,
     next_out: u64,
@@ -117,6 +129,9 @@ struct Flight {
 struct Order {
     flight: Mutex<Flight>,
     changed: Condvar,
+    /// The pool's queue; `None` once the input ended.
+    pool: Mutex<Option<mpsc::Sender<Job>>>,
+    out: Out,
 }
 
 impl Order {
@@ -131,28 +146,59 @@ impl Order {
     /// Waits until every pooled request read so far is answered (and so written).
     fn drain(&self) {
         let mut g = self.lock();
-        while !g.running.is_empty() {
+        while g.unanswered > 0 {
             g = self.wait(g);
         }
     }
 
-    /// Waits until `session` has no request running and the pool has room, then takes a
-    /// place for one more: its `seq`.
-    fn admit(&self, session: &str) -> u64 {
+    fn dispatch(&self, job: Job) {
+        let pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+        let unsent = match pool.as_ref() {
+            Some(tx) => tx.send(job).err().map(|mpsc::SendError(job)| job),
+            None => Some(job),
+        };
+        drop(pool);
+        if let Some(job) = unsent {
+            // Only if a worker died outside `run`: answer rather than hang.
+            let err = ApiError::new(ErrorCode::Io, "the server's threads are gone");
+            self.finish(&job.session, job.seq, answer(&job.id, Err(err)));
+        }
+    }
+
+    /// Takes a request on Session `session`: it runs as soon as the requests read before it
+    /// on that Session are answered. Waits while too much is read and unanswered.
+    fn admit(&self, session: String, id: String, method: String, params: Option<Box<RawValue>>) {
+        let bytes = params.as_ref().map_or(0, |p| p.get().len());
         let mut g = self.lock();
-        while g.running.len() >= REQUESTS_IN_FLIGHT_MAX
-            || g.running.values().any(|s| s == session)
+        while g.unanswered >= REQUESTS_QUEUED_MAX
+            || (g.unanswered > 0 && g.unanswered_bytes + bytes > REQUESTS_QUEUED_BYTES_MAX)
         {
             g = self.wait(g);
         }
         let seq = g.next_seq;
         g.next_seq += 1;
-        g.running.insert(seq, session.to_owned());
-        seq
+        g.unanswered += 1;
+        g.unanswered_bytes += bytes;
+        g.sizes.insert(seq, bytes);
+        let job = Job {
+            seq,
+            session,
+            id,
+            method,
+            params,
+        };
+        if let Some(waiting) = g.busy.get_mut(&job.session) {
+            waiting.push_back(job);
+            return;
+        }
+        g.busy.insert(job.session.clone(), VecDeque::new());
+        drop(g);
+        self.dispatch(job);
     }
 
-    /// Records the answer of `seq` and writes every answer now next in line.
-    fn finish(&self, out: &Out, seq: u64, text: String) {
+    /// Records the answer of `seq`, writes every answer now next in line, and starts the
+    /// next request waiting on `session`.
+    fn finish(&self, session: &str, seq: u64, text: String) {
         let mut g = self.lock();
         g.done.insert(seq, text);
         loop {
@@ -160,14 +206,25 @@ impl Order {
             let Some(text) = g.done.remove(&next) else {
                 break;
             };
-            // Written under the lock, so answers leave in order; `running` keeps the request
-            // until then, so a request that waits for the pool to drain sees it written.
-            out.write(&text);
-            g.running.remove(&next);
+            // Written under the lock, so answers leave in order.
+            self.out.write(&text);
+            let bytes = g.sizes.remove(&next).unwrap_or(0);
             g.next_out += 1;
+            g.unanswered -= 1;
+            g.unanswered_bytes -= bytes;
+        }
+        let next = match g.busy.get_mut(session) {
+            Some(waiting) => waiting.pop_front(),
+            None => None,
+        };
+        if next.is_none() {
+            g.busy.remove(session);
         }
         drop(g);
         self.changed.notify_all();
+        if let Some(job) = next {
+            self.dispatch(job);
+        }
     }
 }
 
@@ -178,22 +235,23 @@ pub fn serve(
     output: Box<dyn Write + Send>,
 ) -> io::Result<()> {
     let out = Out(Arc::new(Mutex::new(output)));
+    let (jobs, queue) = mpsc::channel::<Job>();
     let order = Arc::new(Order {
         flight: Mutex::new(Flight::default()),
         changed: Condvar::new(),
+        pool: Mutex::new(Some(jobs)),
+        out: out.clone(),
     });
-    let (jobs, queue) = mpsc::channel::<Job>();
     let queue = Arc::new(Mutex::new(queue));
     let pool: Vec<JoinHandle<()>> = (0..REQUESTS_IN_FLIGHT_MAX)
         .map(|_| {
-            let (host, out, order, queue) =
-                (host.clone(), out.clone(), order.clone(), queue.clone());
+            let (host, order, queue) = (host.clone(), order.clone(), queue.clone());
             std::thread::spawn(move || loop {
                 let job = queue.lock().unwrap_or_else(|p| p.into_inner()).recv();
                 let Ok(job) = job else { break };
                 // Pooled requests never stream items (`readFile` runs alone).
                 let result = run(&host, &job.method, job.params.as_deref(), &mut |_| {});
-                order.finish(&out, job.seq, answer(&job.id, result));
+                order.finish(&job.session, job.seq, answer(&job.id, result));
             })
         })
         .collect();
@@ -210,12 +268,12 @@ pub fn serve(
             host: &host,
             out: &out,
             order: &order,
-            jobs: &jobs,
         };
         server.handle_line(&line, &mut waits);
     }
     order.drain();
-    drop(jobs);
+    // Closing the queue ends the pool's threads.
+    drop(order.pool.lock().unwrap_or_else(|p| p.into_inner()).take());
     for handle in pool {
         let _ = handle.join();
     }
@@ -262,7 +320,6 @@ struct Server<'a> {
     host: &'a Arc<Host>,
     out: &'a Out,
     order: &'a Order,
-    jobs: &'a mpsc::Sender<Job>,
 }
 
 impl Server<'_> {
@@ -317,20 +374,7 @@ impl Server<'_> {
             return;
         }
         match session_of(&method, params.as_deref()) {
-            Some(session) => {
-                let seq = self.order.admit(&session);
-                let job = Job {
-                    seq,
-                    id,
-                    method,
-                    params,
-                };
-                if let Err(mpsc::SendError(job)) = self.jobs.send(job) {
-                    // The pool is gone only if every worker panicked outside `run`.
-                    let err = ApiError::new(ErrorCode::Io, "the server's threads are gone");
-                    self.order.finish(self.out, job.seq, answer(&job.id, Err(err)));
-                }
-            }
+            Some(session) => self.order.admit(session, id, method, params),
             None => {
                 self.order.drain();
                 let out = self.out;

@@ -98,8 +98,8 @@ fn du(dir: &Path) -> u64 {
 }
 
 /// Builds a Root of `n` Sessions with `ROWS_PER_SESSION` rows each and prints the one-pass
-/// figures; returns the Root's directory.
-fn build(n: usize, tmp: &Path) -> std::path::PathBuf {
+/// figures; returns the Root's directory and the JSONL peer's MB/s.
+fn build(n: usize, tmp: &Path) -> (std::path::PathBuf, f64) {
     let dir = tmp.join(format!("root-{n}"));
     let root = Root::open_or_init(&dir).expect("root");
     let t = Instant::now();
@@ -181,13 +181,98 @@ fn build(n: usize, tmp: &Path) -> std::path::PathBuf {
         du(&dir) as f64 / text_bytes as f64,
         open.as_secs_f64() * 1e3,
     );
-    dir
+    (dir, mb / peer.as_secs_f64())
+}
+
+/// A `Write` the bench reads back: the server's answers.
+#[derive(Clone, Default)]
+struct Answers(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Answers {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("answers").extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Runs `logbook serve` in this process over `lines` against a new Root in `dir`; returns the
+/// time from the first line read to the last answer written. Panics on any error answer.
+fn serve_lines(dir: &Path, lines: &[String]) -> std::time::Duration {
+    let host = std::sync::Arc::new(logbook_api::Host::open_or_init(dir).expect("host"));
+    let mut input = Vec::with_capacity(lines.iter().map(|l| l.len() + 1).sum());
+    for l in lines {
+        input.extend_from_slice(l.as_bytes());
+        input.push(b'\n');
+    }
+    let answers = Answers::default();
+    let t = Instant::now();
+    logbook_api::serve::serve(
+        host,
+        std::io::Cursor::new(input),
+        Box::new(answers.clone()),
+    )
+    .expect("serve");
+    let took = t.elapsed();
+    let text = String::from_utf8(answers.0.lock().expect("answers").clone()).expect("utf-8");
+    assert_eq!(text.lines().count(), lines.len(), "one answer per request");
+    if let Some(bad) = text.lines().find(|l| l.contains("\"error\"")) {
+        panic!("serve answered an error: {bad}");
+    }
+    took
+}
+
+fn request(id: usize, method: &str, params: &impl serde::Serialize) -> String {
+    serde_json::json!({"id": id, "method": method, "params": params}).to_string()
+}
+
+/// Ingest of `n` Sessions of `ROWS_PER_SESSION` rows through `logbook serve` (in process): a
+/// `createSession` and one durable `append` of the rows per Session, sent as one pipelined
+/// stream (Session after Session), beside the JSONL peer's figure measured in `build`.
+fn serve_ingest(n: usize, tmp: &Path, peer_mb_s: f64) {
+    let mut lines = Vec::with_capacity(2 * n);
+    let mut text_bytes = 0usize;
+    for s in 0..n {
+        lines.push(request(
+            2 * s,
+            "createSession",
+            &CreateSessionParams {
+                session_id: Some(id(s)),
+                workspace: Some("/work/space".into()),
+                operation: format!("c-{s}"),
+            },
+        ));
+        text_bytes += (0..ROWS_PER_SESSION)
+            .map(|r| row_text(s, r).len())
+            .sum::<usize>();
+        lines.push(request(
+            2 * s + 1,
+            "append",
+            &AppendParams {
+                session_id: id(s),
+                operation: format!("a-{s}"),
+                events: rows(s),
+            },
+        ));
+    }
+    let took = serve_lines(&tmp.join(format!("serve-{n}")), &lines);
+    let mb = text_bytes as f64 / 1e6;
+    println!(
+        "root/many_sessions/{n}: over serve, createSession + one durable append of {ROWS_PER_SESSION} rows \
+         per Session: {:.0} Sessions/s, {:.1} MB/s of text ({:.2}x one JSONL file per Session with fsync)",
+        n as f64 / took.as_secs_f64(),
+        mb / took.as_secs_f64(),
+        mb / took.as_secs_f64() / peer_mb_s,
+    );
 }
 
 fn many_sessions(c: &mut Criterion) {
     let tmp = tempfile::tempdir().expect("tmp");
     for n in sizes() {
-        let dir = build(n, tmp.path());
+        let (dir, peer_mb_s) = build(n, tmp.path());
+        serve_ingest(n, tmp.path(), peer_mb_s);
         let mut g = c.benchmark_group("root/many_sessions");
         g.sample_size(10);
         g.bench_with_input(

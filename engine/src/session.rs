@@ -470,16 +470,26 @@ impl Session {
         config: LogConfig,
     ) -> Result<(), EngineError> {
         std::fs::create_dir_all(dir).map_err(|e| EngineError::io(dir, "create directory", e))?;
-        let log = Log::create(&dir.join("log"), config)?;
+        // No zero region: this log is closed right after its first record (its next open
+        // starts one with the first append), so zeros written now would only be cut again.
+        let config = LogConfig {
+            preallocate_bytes: 0,
+            ..config
+        };
         let event = Event::SessionCreated(SessionCreated { workspace, branch });
         let payload = records::encode(&EventRecordRef {
             sequence: 1,
             event: &event,
         });
-        log.append(&[Record {
-            kind: records::KIND_EVENT,
-            payload: &payload,
-        }])?;
+        // The header and `sessionCreated` share one fdatasync.
+        Log::create_with_first(
+            &dir.join("log"),
+            config,
+            &[Record {
+                kind: records::KIND_EVENT,
+                payload: &payload,
+            }],
+        )?;
         Ok(())
     }
 

@@ -556,19 +556,60 @@ fn create_segment(
     config: &LogConfig,
     step: u64,
 ) -> Result<(Arc<dyn IoFile>, PathBuf, u64), LogError> {
+    create_segment_with(fs, dir, n, config, step, &[])
+}
+
+/// [`create_segment`] whose file holds `frames` (encoded for offset `HEADER_BYTES` on) after
+/// the header, synced with it. Returns the file length (the zeros' end, or the frames' end).
+fn create_segment_with(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    n: u64,
+    config: &LogConfig,
+    step: u64,
+    frames: &[u8],
+) -> Result<(Arc<dyn IoFile>, PathBuf, u64), LogError> {
     let path = dir.join(active_name(n));
     let f = fs
         .create_new(&path)
         .map_err(|e| LogError::io(&path, "create", e))?;
-    write_all_at(&*f, &encode_header(ACTIVE_FORMAT, n), 0)
-        .map_err(|e| LogError::io(&path, "write", e))?;
-    let file_end = config.prealloc_target(HEADER_BYTES, step);
-    zero_fill(&*f, HEADER_BYTES, file_end).map_err(|e| LogError::io(&path, "preallocate", e))?;
+    let mut head = encode_header(ACTIVE_FORMAT, n).to_vec();
+    head.extend_from_slice(frames);
+    write_all_at(&*f, &head, 0).map_err(|e| LogError::io(&path, "write", e))?;
+    let len = head.len() as u64;
+    let file_end = config.prealloc_target(len, step).max(len);
+    zero_fill(&*f, len, file_end).map_err(|e| LogError::io(&path, "preallocate", e))?;
     f.sync_data()
         .map_err(|e| LogError::io(&path, "fdatasync", e))?;
     fs.sync_dir(dir)
         .map_err(|e| LogError::io(dir, "fsync directory", e))?;
     Ok((f, path, file_end))
+}
+
+/// Frames of a new log's first batch (segment 0, from the header's end on; the durable mark
+/// is the header), checked as `append` checks a batch, and their Locations.
+fn encode_first_batch(batch: &[Record<'_>]) -> Result<(Vec<u8>, Vec<Location>), LogError> {
+    let mut frames = Vec::new();
+    let mut locations = Vec::with_capacity(batch.len());
+    for (i, r) in batch.iter().enumerate() {
+        if r.payload.len() as u64 > RECORD_PAYLOAD_BYTES_MAX {
+            return Err(LogError::invalid(format!(
+                "record payload of {} bytes exceeds RECORD_PAYLOAD_BYTES_MAX ({RECORD_PAYLOAD_BYTES_MAX})",
+                r.payload.len()
+            )));
+        }
+        let offset = HEADER_BYTES + frames.len() as u64;
+        locations.push(Location { segment: 0, offset });
+        let last = i + 1 == batch.len();
+        encode_frame(&mut frames, 0, offset, r.kind, last, HEADER_BYTES, r.payload);
+    }
+    if frames.len() as u64 > BATCH_BYTES_MAX {
+        return Err(LogError::invalid(format!(
+            "batch of {} bytes exceeds BATCH_BYTES_MAX ({BATCH_BYTES_MAX})",
+            frames.len()
+        )));
+    }
+    Ok((frames, locations))
 }
 
 /// Writes zeros over `[from, to)` of `f`.
@@ -607,6 +648,18 @@ impl Log {
     pub fn create(dir: &Path, config: LogConfig) -> Result<Log, LogError> {
         let fs = config.file_system();
         Log::create_with_fs(dir, config, fs)
+    }
+
+    /// [`Log::create`] whose first batch is written with the header and made durable by the
+    /// same fdatasync (one sync for a new log and its first records, in every durability
+    /// mode). Returns the log and the batch's Locations.
+    pub fn create_with_first(
+        dir: &Path,
+        config: LogConfig,
+        first: &[Record<'_>],
+    ) -> Result<(Log, Vec<Location>), LogError> {
+        let fs = config.file_system();
+        Log::create_inner(dir, config, fs, first)
     }
 
     /// Opens an existing log: lists the sealed segments (each is opened and checked on the
@@ -655,7 +708,17 @@ impl Log {
         config: LogConfig,
         fs: Arc<dyn FileSystem>,
     ) -> Result<Log, LogError> {
+        Ok(Log::create_inner(dir, config, fs, &[])?.0)
+    }
+
+    fn create_inner(
+        dir: &Path,
+        config: LogConfig,
+        fs: Arc<dyn FileSystem>,
+        first: &[Record<'_>],
+    ) -> Result<(Log, Vec<Location>), LogError> {
         check_config(&config)?;
+        let (frames, locations) = encode_first_batch(first)?;
         fs.create_dir_all(dir)
             .map_err(|e| LogError::io(dir, "create directory", e))?;
         let names = fs
@@ -667,7 +730,7 @@ impl Log {
             });
         }
         let (file, path, file_end) =
-            create_segment(&*fs, dir, 0, &config, config.prealloc_first())?;
+            create_segment_with(&*fs, dir, 0, &config, config.prealloc_first(), &frames)?;
         if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
             fs.sync_dir(parent)
                 .map_err(|e| LogError::io(parent, "fsync directory", e))?;
@@ -680,7 +743,7 @@ impl Log {
                 len: None,
             },
         );
-        Ok(Log::start_up(
+        let log = Log::start_up(
             dir,
             config,
             fs,
@@ -688,11 +751,12 @@ impl Log {
             0,
             file,
             path,
-            HEADER_BYTES,
+            HEADER_BYTES + frames.len() as u64,
             file_end,
             true,
             Vec::new(),
-        ))
+        );
+        Ok((log, locations))
     }
 
     /// [`Log::open`] over a chosen file system (fault injection in tests).

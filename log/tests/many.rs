@@ -294,3 +294,66 @@ fn dropping_an_older_handle_leaves_a_newer_ones_records_alone() {
     assert_eq!(recovery.cut_bytes, 0);
     assert_eq!(log.verify().unwrap().records, 2);
 }
+
+/// A new log with its first batch: the batch is written with the header (one fdatasync for
+/// both), read back after a reopen, and appends go on after it with a zero region as usual.
+#[test]
+fn a_log_created_with_its_first_batch_holds_it_and_takes_appends() {
+    let _g = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("l");
+    let first = [
+        Record {
+            kind: 1,
+            payload: b"first record",
+        },
+        Record {
+            kind: 2,
+            payload: b"second",
+        },
+    ];
+    let (log, locs) = Log::create_with_first(&d, LogConfig::default(), &first).unwrap();
+    assert_eq!(locs.len(), 2);
+    assert_eq!(log.read(locs[0]).unwrap().payload, b"first record");
+    assert_eq!(log.read(locs[1]).unwrap().kind, 2);
+    assert!(
+        disk_bytes(&d) <= EMPTY_LOG_DISK_BYTES_MAX,
+        "a zero region of the first step"
+    );
+    let third = log.append(&rec(b"third")).unwrap()[0];
+    assert!(third > locs[1]);
+    drop(log);
+    let (log, recovery) = Log::open(&d, LogConfig::default()).unwrap();
+    assert_eq!(recovery.cut_bytes, 0);
+    let payloads: Vec<Vec<u8>> = log
+        .scan(log.start())
+        .map(|r| r.unwrap().1.payload)
+        .collect();
+    assert_eq!(
+        payloads,
+        [b"first record".to_vec(), b"second".to_vec(), b"third".to_vec()]
+    );
+    assert_eq!(log.verify().unwrap().records, 3);
+    // Without preallocation the file ends at the batch.
+    let d2 = tmp.path().join("l2");
+    let cfg = LogConfig {
+        preallocate_bytes: 0,
+        ..LogConfig::default()
+    };
+    drop(Log::create_with_first(&d2, cfg, &first[..1]).unwrap());
+    assert_eq!(active_len(&d2, 0), 32 + 24 + 12);
+    // A batch `append` would refuse is refused before anything is made.
+    let huge = vec![0u8; (logbook_log::RECORD_PAYLOAD_BYTES_MAX + 1) as usize];
+    let d3 = tmp.path().join("l3");
+    let e = Log::create_with_first(
+        &d3,
+        LogConfig::default(),
+        &[Record {
+            kind: 1,
+            payload: &huge,
+        }],
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("RECORD_PAYLOAD_BYTES_MAX"), "{e}");
+    assert!(!d3.exists());
+}
