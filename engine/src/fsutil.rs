@@ -22,6 +22,61 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<(), EngineError> {
         .map_err(|e| EngineError::io(dir, "sync directory", e))
 }
 
+/// Fsyncs of one directory shared by concurrent callers (group commit for a directory): a
+/// caller waits for a sync that started after it asked, and starts one itself when none is
+/// running, so N Sessions created at once into `sessions/` pay about one sync of it, not N.
+/// A sync that began before a caller asked does not count for it (its change may have come
+/// after the sync read the directory).
+#[derive(Default)]
+pub(crate) struct SharedDirSync {
+    state: std::sync::Mutex<DirSyncState>,
+    done: std::sync::Condvar,
+}
+
+#[derive(Default)]
+struct DirSyncState {
+    /// Syncs started so far; the running one (if any) is the last.
+    started: u64,
+    /// The newest started sync that completed without error.
+    completed: u64,
+    running: bool,
+}
+
+impl SharedDirSync {
+    fn lock(&self) -> std::sync::MutexGuard<'_, DirSyncState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Returns once a sync of `dir` that started after this call began has completed.
+    pub(crate) fn sync(&self, dir: &Path) -> Result<(), EngineError> {
+        let mut g = self.lock();
+        // Any sync numbered after the ones started so far covers this caller.
+        let needed = g.started + 1;
+        loop {
+            if g.completed >= needed {
+                return Ok(());
+            }
+            if g.running {
+                g = self.done.wait(g).unwrap_or_else(|p| p.into_inner());
+                continue;
+            }
+            g.running = true;
+            g.started += 1;
+            let mine = g.started;
+            drop(g);
+            let r = sync_dir(dir);
+            g = self.lock();
+            g.running = false;
+            if r.is_ok() {
+                g.completed = g.completed.max(mine);
+            }
+            self.done.notify_all();
+            // A failure is this caller's answer; the waiters start a sync of their own.
+            r?;
+        }
+    }
+}
+
 /// Removes whatever is at `path` (a directory with its content, or a file); nothing there is
 /// fine. For names this crate owns (staging names), which a crash or a person may have left.
 pub(crate) fn remove_any(path: &Path) -> Result<(), EngineError> {
@@ -117,6 +172,47 @@ fn ensure_locked(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A sync already running when a caller asks does not count for it: the caller waits for
+    /// it to end and then has a sync of its own. Callers that ask while one runs share the
+    /// next one.
+    #[test]
+    fn a_shared_dir_sync_never_answers_with_a_sync_that_started_before_the_ask() {
+        let tmp = tempfile::tempdir().expect("tmp");
+        let shared = std::sync::Arc::new(SharedDirSync::default());
+        {
+            let mut g = shared.lock();
+            g.running = true;
+            g.started = 1;
+        }
+        let callers: Vec<_> = (0..6)
+            .map(|_| {
+                let (shared, dir) = (shared.clone(), tmp.path().to_owned());
+                std::thread::spawn(move || shared.sync(&dir))
+            })
+            .collect();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(
+            callers.iter().all(|c| !c.is_finished()),
+            "nobody returns while only the older sync runs"
+        );
+        {
+            let mut g = shared.lock();
+            g.running = false;
+            g.completed = 1;
+        }
+        shared.done.notify_all();
+        for c in callers {
+            c.join().expect("caller").expect("synced");
+        }
+        let g = shared.lock();
+        assert!(g.completed >= 2, "a sync started after the asks completed");
+        assert!(
+            g.started <= 1 + 6,
+            "at most one sync per caller: {}",
+            g.started
+        );
+    }
 
     #[test]
     fn ensure_dir_durable_creates_syncs_once_and_then_only_looks_up() {

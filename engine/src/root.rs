@@ -192,6 +192,13 @@ pub(crate) struct Shared {
     pub(crate) options: RootOptions,
     /// Shared by the logs of every Session of the Root.
     block_cache: Arc<logbook_log::BlockCache>,
+    /// Syncs of `sessions/` after a new Session's directory is renamed into it, shared by
+    /// creations running at once.
+    sessions_sync: crate::fsutil::SharedDirSync,
+    /// Sessions whose log this process left fully synced (created, or closed by the cache
+    /// with nothing unsynced) and has not opened since: their next open skips the log's
+    /// recovery fdatasync. Taken out by that open.
+    synced_closed: Mutex<std::collections::HashSet<String>>,
     /// The writer lock (see `take_lock`); released when the last reference goes.
     _lock: WriterLock,
     pub(crate) root_log: Log,
@@ -582,6 +589,8 @@ impl Root {
             ids: IdGen::new(dir),
             blobs: BlobStore::new(dir),
             block_cache: logbook_log::BlockCache::new(options.block_cache_bytes),
+            sessions_sync: crate::fsutil::SharedDirSync::default(),
+            synced_closed: Mutex::default(),
             options,
             _lock: lock_file,
             root_log,
@@ -707,6 +716,8 @@ impl Root {
         reg.reserved.remove(&id);
         reg.creating.remove(&p.operation);
         if registered.is_ok() {
+            // Its log was written with one fdatasync and never opened since.
+            lock(&sh.synced_closed).insert(id.clone());
             reg.receipts
                 .insert(p.operation.clone(), (params, id.clone()));
             reg.sessions.insert(
@@ -1494,8 +1505,12 @@ impl Shared {
             };
             freed += session.resident_bytes();
             session.close(self.options.search_tail_save_pairs_min);
+            let synced = session.log_fully_synced().then(|| session.id.clone());
             // The last reference: its files close and its threads end here, under the slot.
             drop(session);
+            if let Some(id) = synced {
+                lock(&self.synced_closed).insert(id);
+            }
             drop(guard);
             closed += 1;
         }
@@ -1568,10 +1583,14 @@ impl Shared {
             ));
         }
         let diags = self.extras.diags.of(id, &dir, self.log_config());
+        let config = logbook_log::LogConfig {
+            known_synced: lock(&self.synced_closed).remove(id),
+            ..self.log_config()
+        };
         let s = Arc::new(Session::open_with(
             id,
             &dir,
-            self.log_config(),
+            config,
             base,
             self.options.progress.clone(),
             diags,
@@ -1640,7 +1659,7 @@ impl Shared {
         std::fs::rename(&staging, &dir)
             .map_err(|e| EngineError::io(&dir, "rename into place", e))?;
         if self.options.durability == Durability::Sync {
-            crate::fsutil::sync_dir(&sessions)?;
+            self.sessions_sync.sync(&sessions)?;
         }
         Ok(())
     }
@@ -1685,7 +1704,7 @@ impl Shared {
             )
         })?;
         if self.options.durability == Durability::Sync {
-            crate::fsutil::sync_dir(&sessions)?;
+            self.sessions_sync.sync(&sessions)?;
         }
         Ok(())
     }

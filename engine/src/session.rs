@@ -881,6 +881,12 @@ impl Session {
         self.search.save_tail(self, search_tail_save_pairs_min);
     }
 
+    /// Whether everything appended to the Session's log is durable (so a reopen of it by
+    /// this process need not sync it again: [`logbook_log::LogConfig::known_synced`]).
+    pub(crate) fn log_fully_synced(&self) -> bool {
+        self.log.fully_synced()
+    }
+
     /// From now on appends do not index their rows for search; the next search catches up.
     pub(crate) fn index_search_on_search(&self) {
         self.search_on_search.store(true, Ordering::Release);

@@ -181,3 +181,38 @@ fn search_works_across_close_and_reopen() {
         assert_eq!(page.hits.len(), 1, "s{i}: {page:?}");
     }
 }
+
+/// A Session this process left fully synced (just created, or closed by the cache with
+/// nothing unsynced) reopens without the log's recovery fdatasync: each durable send costs
+/// its one commit sync. A new Root (a new process, as far as it knows) syncs at first open.
+#[test]
+fn a_session_this_process_left_synced_reopens_without_a_sync() {
+    use logbook_log::io::{FaultyFs, Op};
+    let _turn = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let (fs, faults) = FaultyFs::new();
+    let opts = || RootOptions {
+        log_fs: Some(std::sync::Arc::new(fs.clone())),
+        ..options(1)
+    };
+    let root = Root::open_or_init_with(dir.path(), opts()).unwrap();
+    for sid in ["a", "b"] {
+        create(&root, sid);
+    }
+    let syncs = || faults.count(Op::Sync);
+    let mut before = syncs();
+    // a: opened for the first time since its creation; b: likewise (a is closed for it);
+    // a again (b closed): each send is one sync, its commit.
+    for (i, sid) in ["a", "b", "a", "b"].into_iter().enumerate() {
+        send(&root, sid, &format!("op-{i}"), &format!("text {i}"));
+        assert_eq!(root.open_session_count(), 1);
+        assert_eq!(syncs(), before + 1, "send {i} to {sid}");
+        before = syncs();
+    }
+    drop(root);
+    let root = Root::open_with(dir.path(), opts()).unwrap();
+    let before = syncs();
+    send(&root, "a", "op-new", "after a reopen of the Root");
+    assert_eq!(syncs(), before + 2, "a first open by this Root syncs the log once");
+    assert_eq!(bodies(&root, "a"), ["text 0", "text 2", "after a reopen of the Root"]);
+}

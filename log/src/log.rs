@@ -92,6 +92,11 @@ pub struct LogConfig {
     /// their Sessions' logs only through a config), like the `*_with_fs` constructors.
     #[doc(hidden)]
     pub fs: Option<Arc<dyn FileSystem>>,
+    /// Set by a caller that knows every byte in the log's files was made durable by an
+    /// earlier handle of this process that dropped cleanly ([`Log::fully_synced`] was true
+    /// when it went): open then skips the fdatasync it otherwise does for bytes a killed
+    /// process may have left in the page cache only. Read only by open.
+    pub known_synced: bool,
 }
 
 impl Default for LogConfig {
@@ -102,6 +107,7 @@ impl Default for LogConfig {
             preallocate_bytes: PREALLOCATE_BYTES,
             block_cache: None,
             fs: None,
+            known_synced: false,
         }
     }
 }
@@ -952,9 +958,12 @@ impl Log {
                 .map_err(|e| LogError::io(dir, "fsync directory", e))?;
         }
         // Bytes that survived a killed process may still sit in the page cache only; sync them
-        // before any frame's durable mark claims them.
-        file.sync_data()
-            .map_err(|e| LogError::io(&path, "fdatasync", e))?;
+        // before any frame's durable mark claims them (unless the caller knows they are not).
+        // A cut above synced what it changed; nothing else changed if nothing was cut.
+        if !config.known_synced || rec.cut_bytes > 0 {
+            file.sync_data()
+                .map_err(|e| LogError::io(&path, "fdatasync", e))?;
+        }
         debug_assert_eq!(
             segments.keys().next_back(),
             Some(&head),
@@ -1148,6 +1157,14 @@ impl Log {
     /// load, no lock: callers may ask on every request.
     pub fn is_poisoned(&self) -> bool {
         self.shared.poisoned.load(Ordering::Acquire)
+    }
+
+    /// True when every byte appended so far is covered by a completed fdatasync and the log
+    /// is not poisoned: a handle dropped now leaves nothing that a later open in this process
+    /// must sync (see [`LogConfig::known_synced`]).
+    pub fn fully_synced(&self) -> bool {
+        let w = lock(&self.shared.writer);
+        w.poisoned.is_none() && w.buf.is_empty() && w.synced >= w.flushed
     }
 
     /// For a poisoned log about to be dropped and opened again: cuts the newest segment back
