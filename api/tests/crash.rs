@@ -43,6 +43,11 @@ const SESSIONS_MAX: usize = 6;
 const LIMITED_SESSIONS_MAX: usize = 24;
 /// The descriptor limit of the limited run's servers.
 const LIMITED_FDS: u64 = 32;
+/// Sessions of the many-Session run, its servers' descriptor limit (fewer Sessions open at
+/// once than there are), and its largest burst.
+const MANY_SESSIONS: usize = 100;
+const MANY_FDS: u64 = 128;
+const MANY_BURST_OPS_MAX: u64 = 300;
 
 fn bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_logbook"))
@@ -286,6 +291,10 @@ struct Harness {
     fd_limit: Option<u64>,
     /// Forks among the mutations.
     forks: bool,
+    /// Most mutations in one burst.
+    burst_max: u64,
+    /// Create every Session before anything else (so that bursts append to all of them).
+    creates_first: bool,
     /// Each Session's revision at the last check: a fork must name its source's revision.
     revisions: HashMap<String, u64>,
     /// Answers that were errors (allowed only under a descriptor limit).
@@ -297,7 +306,8 @@ impl Harness {
         let op_name = format!("c{}-{k}", self.cycle);
         let pick = self.rng.below(100);
         let creates = self.ops.iter().filter(|o| o.kind == Kind::Create).count();
-        if creates < self.sessions_max && (pick < 4 || self.sessions.is_empty()) {
+        let create = pick < 4 || self.sessions.is_empty() || self.creates_first;
+        if creates < self.sessions_max && create {
             let sid = format!("s-{op_name}");
             return Op {
                 kind: Kind::Create,
@@ -698,11 +708,11 @@ impl Harness {
 
     /// Sends a burst of mutations and kills the server at a random moment inside it.
     fn burst_and_kill(&mut self, mut s: Server) -> std::ops::Range<usize> {
-        let mut n = 1 + self.rng.below(BURST_OPS_MAX);
+        let mut n = 1 + self.rng.below(self.burst_max);
         if self.sessions.is_empty() {
             // Only creations are possible yet; stay within the Session budget.
             let creates = self.ops.iter().filter(|o| o.kind == Kind::Create).count();
-            n = n.min((SESSIONS_MAX - creates).max(1) as u64);
+            n = n.min((self.sessions_max - creates).max(1) as u64);
         }
         let start = self.ops.len();
         let mut text = String::new();
@@ -857,26 +867,79 @@ fn env_u64(name: &str) -> Option<u64> {
     })
 }
 
+/// What one run of the harness does besides its number of kills.
+struct Mode {
+    label: &'static str,
+    sessions_max: usize,
+    /// The descriptor limit of the servers that take the bursts.
+    fd_limit: Option<u64>,
+    forks: bool,
+    burst_max: u64,
+    creates_first: bool,
+}
+
 #[test]
 fn sigkill_under_a_stream_of_mutations_loses_nothing_answered() {
     let cycles = env_u64("LOGBOOK_CRASH_CYCLES").unwrap_or(CYCLES_DEFAULT);
-    run("", cycles, SESSIONS_MAX, None, false);
+    run(
+        cycles,
+        Mode {
+            label: "",
+            sessions_max: SESSIONS_MAX,
+            fd_limit: None,
+            forks: false,
+            burst_max: BURST_OPS_MAX,
+            creates_first: false,
+        },
+    );
 }
 
 #[test]
 fn sigkill_with_forks_under_a_descriptor_limit_loses_nothing_answered() {
     let cycles = env_u64("LOGBOOK_CRASH_CYCLES").unwrap_or(CYCLES_DEFAULT) / 2;
     run(
-        "limited: ",
         cycles,
-        LIMITED_SESSIONS_MAX,
-        Some(LIMITED_FDS),
-        true,
+        Mode {
+            label: "limited: ",
+            sessions_max: LIMITED_SESSIONS_MAX,
+            fd_limit: Some(LIMITED_FDS),
+            forks: true,
+            burst_max: BURST_OPS_MAX,
+            creates_first: false,
+        },
     );
 }
 
-/// Runs `cycles` kills; `fd_limit` applies to the servers that take the bursts.
-fn run(label: &str, cycles: u64, sessions_max: usize, fd_limit: Option<u64>, forks: bool) {
+/// 100 Sessions, all created first, then bursts of up to 300 mutations spread over them,
+/// pipelined: the server runs appends to different Sessions at once (and, under its
+/// descriptor limit, closes and reopens them in its cache), so each kill lands while many
+/// Sessions have appends in flight.
+#[test]
+fn sigkill_while_100_sessions_are_appended_to_loses_nothing_answered() {
+    let cycles = env_u64("LOGBOOK_CRASH_CYCLES").unwrap_or(CYCLES_DEFAULT) / 6;
+    run(
+        cycles,
+        Mode {
+            label: "100 Sessions: ",
+            sessions_max: MANY_SESSIONS,
+            fd_limit: Some(MANY_FDS),
+            forks: false,
+            burst_max: MANY_BURST_OPS_MAX,
+            creates_first: true,
+        },
+    );
+}
+
+/// Runs `cycles` kills.
+fn run(cycles: u64, mode: Mode) {
+    let Mode {
+        label,
+        sessions_max,
+        fd_limit,
+        forks,
+        burst_max,
+        creates_first,
+    } = mode;
     let seed = env_u64("LOGBOOK_CRASH_SEED").unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -900,6 +963,8 @@ fn run(label: &str, cycles: u64, sessions_max: usize, fd_limit: Option<u64>, for
         sessions_max,
         fd_limit,
         forks,
+        burst_max,
+        creates_first,
         revisions: HashMap::new(),
         errors_total: 0,
     };

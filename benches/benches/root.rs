@@ -11,6 +11,8 @@
 //! The rows are synthetic text of about the bench corpus's row size (2.8 KB), not the corpus.
 //! Run: `cargo bench -p logbook-benches --bench root -- --warm-up-time 1 --measurement-time 3`
 //! (`LOGBOOK_BENCH_SESSIONS=1000,10000` picks the sizes; 1,000 by default).
+//! `LOGBOOK_BENCH_CORPUS_SERVE=1` also ingests the bench corpus (`LOGBOOK_CORPUS`, default
+//! /work/corpus/rows500.jsonl) through the server beside one JSONL file per Session.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use logbook_engine::*;
@@ -268,8 +270,159 @@ fn serve_ingest(n: usize, tmp: &Path, peer_mb_s: f64) {
     );
 }
 
+/// The bench corpus (`LOGBOOK_CORPUS`, default /work/corpus/rows500.jsonl; see
+/// /work/shared/bench/README.md): rows grouped by Session, in file order.
+fn corpus_sessions() -> Option<(std::path::PathBuf, Vec<(String, Vec<serde_json::Value>)>)> {
+    let path = std::path::PathBuf::from(
+        std::env::var("LOGBOOK_CORPUS").unwrap_or_else(|_| "/work/corpus/rows500.jsonl".into()),
+    );
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) => {
+            println!(
+                "root/corpus_over_serve: skipped, corpus {}: {e} (make it with \
+                 /work/shared/bench/corpus.py, see its README; LOGBOOK_CORPUS names the file)",
+                path.display()
+            );
+            return None;
+        }
+    };
+    let mut order = Vec::new();
+    let mut by: std::collections::HashMap<String, Vec<serde_json::Value>> = Default::default();
+    for line in text.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).expect("corpus row");
+        let s = v["session"].as_str().expect("session").to_owned();
+        by.entry(s.clone())
+            .or_insert_with(|| {
+                order.push(s.clone());
+                Vec::new()
+            })
+            .push(v);
+    }
+    let sessions = order
+        .into_iter()
+        .map(|s| {
+            let rows = by.remove(&s).expect("grouped");
+            (s, rows)
+        })
+        .collect();
+    Some((path, sessions))
+}
+
+/// Events of corpus rows: user -> userMessage (a new invocation), assistant ->
+/// modelCompletion, anything else -> toolResult.
+fn corpus_events(rows: &[serde_json::Value], first: usize) -> Vec<serde_json::Value> {
+    let mut inv = format!("inv-{first}");
+    rows.iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let text = r["text"].as_str().expect("text");
+            match r["role"].as_str().expect("role") {
+                "user" => {
+                    inv = format!("inv-{}", first + i);
+                    serde_json::json!({"kind": "userMessage", "invocation": inv, "text": text, "attachments": []})
+                }
+                "assistant" => serde_json::json!({"kind": "modelCompletion", "invocation": inv, "model": "m", "usage": null,
+                    "items": [{"kind": "assistant", "body": text, "thinking": null}]}),
+                _ => serde_json::json!({"kind": "toolResult", "invocation": inv, "toolCallId": format!("c-{}", first + i),
+                    "status": "ok", "body": text, "raw": null, "parts": [], "bytes": text.len(),
+                    "digest": format!("sha256:{}", sha256_hex(text.as_bytes()))}),
+            }
+        })
+        .collect()
+}
+
+fn sha256_hex(b: &[u8]) -> String {
+    use sha2::Digest as _;
+    sha2::Sha256::digest(b)
+        .iter()
+        .map(|x| format!("{x:02x}"))
+        .collect()
+}
+
+/// Rows per `append` request of the corpus ingest (a host importing history in batches).
+const CORPUS_ROWS_PER_APPEND: usize = 256;
+
+/// The corpus as it comes, through `logbook serve` (in process): a `createSession` per Session
+/// and its rows in durable appends of [`CORPUS_ROWS_PER_APPEND`], the Sessions' requests
+/// interleaved (one batch of each in turn, as a host importing many conversations at once
+/// pipelines them), beside one JSONL file per Session (its rows written, one fsync per file).
+fn corpus_over_serve(tmp: &Path) {
+    let Some((path, sessions)) = corpus_sessions() else {
+        return;
+    };
+    let text_bytes: usize = sessions
+        .iter()
+        .flat_map(|(_, rows)| rows.iter())
+        .map(|r| r["text"].as_str().expect("text").len())
+        .sum();
+    let mut lines = Vec::new();
+    for (i, (s, _)) in sessions.iter().enumerate() {
+        lines.push(request(
+            lines.len(),
+            "createSession",
+            &serde_json::json!({"sessionId": s, "workspace": "/work/space", "operation": format!("c-{i}")}),
+        ));
+    }
+    let mut batch = 0;
+    loop {
+        let mut any = false;
+        for (s, rows) in &sessions {
+            let at = batch * CORPUS_ROWS_PER_APPEND;
+            if at >= rows.len() {
+                continue;
+            }
+            any = true;
+            let end = (at + CORPUS_ROWS_PER_APPEND).min(rows.len());
+            lines.push(request(
+                lines.len(),
+                "append",
+                &serde_json::json!({"sessionId": s, "operation": format!("a-{s}-{batch}"),
+                    "events": corpus_events(&rows[at..end], at)}),
+            ));
+        }
+        if !any {
+            break;
+        }
+        batch += 1;
+    }
+    let dir = tmp.join("corpus-serve");
+    let took = serve_lines(&dir, &lines);
+    drop(lines);
+    let jsonl = tmp.join("corpus-jsonl");
+    std::fs::create_dir_all(&jsonl).expect("mkdir");
+    let t = Instant::now();
+    for (s, rows) in &sessions {
+        let mut text = String::new();
+        for r in rows {
+            text.push_str(&r.to_string());
+            text.push('\n');
+        }
+        let mut f = std::fs::File::create(jsonl.join(format!("{s}.jsonl"))).expect("file");
+        f.write_all(text.as_bytes()).expect("write");
+        f.sync_all().expect("fsync");
+    }
+    let peer = t.elapsed();
+    let mb = text_bytes as f64 / 1e6;
+    println!(
+        "root/corpus_over_serve: {} ({} Sessions, {mb:.1} MB of text): durable ingest over serve \
+         {:.1} MB/s vs one JSONL file per Session with fsync {:.1} MB/s ({:.2}x); Root {:.2}x the \
+         text, JSONL {:.2}x",
+        path.display(),
+        sessions.len(),
+        mb / took.as_secs_f64(),
+        mb / peer.as_secs_f64(),
+        peer.as_secs_f64() / took.as_secs_f64(),
+        du(&dir) as f64 / text_bytes as f64,
+        du(&jsonl) as f64 / text_bytes as f64,
+    );
+}
+
 fn many_sessions(c: &mut Criterion) {
     let tmp = tempfile::tempdir().expect("tmp");
+    if std::env::var_os("LOGBOOK_BENCH_CORPUS_SERVE").is_some() {
+        corpus_over_serve(tmp.path());
+    }
     for n in sizes() {
         let (dir, peer_mb_s) = build(n, tmp.path());
         serve_ingest(n, tmp.path(), peer_mb_s);
