@@ -1338,7 +1338,11 @@ fn pipelined_requests_on_many_sessions_answer_in_request_order() {
     let (status, answers, stderr) = serve_once(root.path(), &lines);
     assert!(status.success(), "{stderr}");
     let ids: Vec<u64> = answers.iter().map(|a| a["id"].as_u64().unwrap()).collect();
-    assert_eq!(ids, (1..=id).collect::<Vec<_>>(), "answers in request order");
+    assert_eq!(
+        ids,
+        (1..=id).collect::<Vec<_>>(),
+        "answers in request order"
+    );
     for a in &answers {
         assert!(a.get("result").is_some(), "{a}");
     }

@@ -211,12 +211,8 @@ fn serve_lines(dir: &Path, lines: &[String]) -> std::time::Duration {
     }
     let answers = Answers::default();
     let t = Instant::now();
-    logbook_api::serve::serve(
-        host,
-        std::io::Cursor::new(input),
-        Box::new(answers.clone()),
-    )
-    .expect("serve");
+    logbook_api::serve::serve(host, std::io::Cursor::new(input), Box::new(answers.clone()))
+        .expect("serve");
     let took = t.elapsed();
     let text = String::from_utf8(answers.0.lock().expect("answers").clone()).expect("utf-8");
     assert_eq!(text.lines().count(), lines.len(), "one answer per request");
@@ -270,9 +266,12 @@ fn serve_ingest(n: usize, tmp: &Path, peer_mb_s: f64) {
     );
 }
 
+/// Corpus rows by Session: (session name, its rows in file order).
+type CorpusSessions = Vec<(String, Vec<serde_json::Value>)>;
+
 /// The bench corpus (`LOGBOOK_CORPUS`, default /work/corpus/rows500.jsonl; see
 /// /work/shared/bench/README.md): rows grouped by Session, in file order.
-fn corpus_sessions() -> Option<(std::path::PathBuf, Vec<(String, Vec<serde_json::Value>)>)> {
+fn corpus_sessions() -> Option<(std::path::PathBuf, CorpusSessions)> {
     let path = std::path::PathBuf::from(
         std::env::var("LOGBOOK_CORPUS").unwrap_or_else(|_| "/work/corpus/rows500.jsonl".into()),
     );

@@ -213,6 +213,13 @@ fn a_session_this_process_left_synced_reopens_without_a_sync() {
     let root = Root::open_with(dir.path(), opts()).unwrap();
     let before = syncs();
     send(&root, "a", "op-new", "after a reopen of the Root");
-    assert_eq!(syncs(), before + 2, "a first open by this Root syncs the log once");
-    assert_eq!(bodies(&root, "a"), ["text 0", "text 2", "after a reopen of the Root"]);
+    assert_eq!(
+        syncs(),
+        before + 2,
+        "a first open by this Root syncs the log once"
+    );
+    assert_eq!(
+        bodies(&root, "a"),
+        ["text 0", "text 2", "after a reopen of the Root"]
+    );
 }

@@ -607,7 +607,15 @@ fn encode_first_batch(batch: &[Record<'_>]) -> Result<(Vec<u8>, Vec<Location>), 
         let offset = HEADER_BYTES + frames.len() as u64;
         locations.push(Location { segment: 0, offset });
         let last = i + 1 == batch.len();
-        encode_frame(&mut frames, 0, offset, r.kind, last, HEADER_BYTES, r.payload);
+        encode_frame(
+            &mut frames,
+            0,
+            offset,
+            r.kind,
+            last,
+            HEADER_BYTES,
+            r.payload,
+        );
     }
     if frames.len() as u64 > BATCH_BYTES_MAX {
         return Err(LogError::invalid(format!(

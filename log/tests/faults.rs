@@ -398,7 +398,11 @@ fn failed_fdatasync_of_a_commit_that_extends_the_zero_region_poisons() {
     let found = payloads(&log);
     assert!(found.len() == 3 || found.len() == 4, "{}", found.len());
     for (i, p) in found.iter().enumerate() {
-        let want = if i < 3 { vec![i as u8; 1000] } else { vec![9; 1000] };
+        let want = if i < 3 {
+            vec![i as u8; 1000]
+        } else {
+            vec![9; 1000]
+        };
         assert_eq!(*p, want);
     }
 }

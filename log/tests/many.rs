@@ -331,7 +331,11 @@ fn a_log_created_with_its_first_batch_holds_it_and_takes_appends() {
         .collect();
     assert_eq!(
         payloads,
-        [b"first record".to_vec(), b"second".to_vec(), b"third".to_vec()]
+        [
+            b"first record".to_vec(),
+            b"second".to_vec(),
+            b"third".to_vec()
+        ]
     );
     assert_eq!(log.verify().unwrap().records, 3);
     // Without preallocation the file ends at the batch.
