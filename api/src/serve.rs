@@ -107,6 +107,8 @@ struct Job {
     id: String,
     method: String,
     params: Option<Box<RawValue>>,
+    /// The bytes of `params`, counted against [`REQUESTS_QUEUED_BYTES_MAX`] until answered.
+    bytes: usize,
 }
 
 /// Pooled requests between being read and having their answer written.
@@ -117,10 +119,8 @@ struct Flight {
     /// Requests read and not yet answered, and the bytes of their parameters.
     unanswered: usize,
     unanswered_bytes: usize,
-    /// Answers of finished requests waiting for an earlier one.
-    done: BTreeMap<u64, String>,
-    /// The parameter bytes of each request read and not yet answered.
-    sizes: HashMap<u64, usize>,
+    /// Answers of finished requests waiting for an earlier one (with their parameter bytes).
+    done: BTreeMap<u64, (String, usize)>,
     /// The next `seq` to hand out, and the next to write.
     next_seq: u64,
     next_out: u64,
@@ -161,7 +161,7 @@ impl Order {
         if let Some(job) = unsent {
             // Only if a worker died outside `run`: answer rather than hang.
             let err = ApiError::new(ErrorCode::Io, "the server's threads are gone");
-            self.finish(&job.session, job.seq, answer(&job.id, Err(err)));
+            self.finish(&job, answer(&job.id, Err(err)));
         }
     }
 
@@ -179,13 +179,13 @@ impl Order {
         g.next_seq += 1;
         g.unanswered += 1;
         g.unanswered_bytes += bytes;
-        g.sizes.insert(seq, bytes);
         let job = Job {
             seq,
             session,
             id,
             method,
             params,
+            bytes,
         };
         if let Some(waiting) = g.busy.get_mut(&job.session) {
             waiting.push_back(job);
@@ -196,29 +196,28 @@ impl Order {
         self.dispatch(job);
     }
 
-    /// Records the answer of `seq`, writes every answer now next in line, and starts the
-    /// next request waiting on `session`.
-    fn finish(&self, session: &str, seq: u64, text: String) {
+    /// Records the answer of `job`, writes every answer now next in line, and starts the
+    /// next request waiting on its Session.
+    fn finish(&self, job: &Job, text: String) {
         let mut g = self.lock();
-        g.done.insert(seq, text);
+        g.done.insert(job.seq, (text, job.bytes));
         loop {
             let next = g.next_out;
-            let Some(text) = g.done.remove(&next) else {
+            let Some((text, bytes)) = g.done.remove(&next) else {
                 break;
             };
             // Written under the lock, so answers leave in order.
             self.out.write(&text);
-            let bytes = g.sizes.remove(&next).unwrap_or(0);
             g.next_out += 1;
             g.unanswered -= 1;
             g.unanswered_bytes -= bytes;
         }
-        let next = match g.busy.get_mut(session) {
+        let next = match g.busy.get_mut(&job.session) {
             Some(waiting) => waiting.pop_front(),
             None => None,
         };
         if next.is_none() {
-            g.busy.remove(session);
+            g.busy.remove(&job.session);
         }
         drop(g);
         self.changed.notify_all();
@@ -251,7 +250,7 @@ pub fn serve(
                 let Ok(job) = job else { break };
                 // Pooled requests never stream items (`readFile` runs alone).
                 let result = run(&host, &job.method, job.params.as_deref(), &mut |_| {});
-                order.finish(&job.session, job.seq, answer(&job.id, result));
+                order.finish(&job, answer(&job.id, result));
             })
         })
         .collect();
