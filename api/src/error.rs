@@ -94,10 +94,27 @@ macro_rules! map_kind {
                     K::Corrupt => ErrorCode::Corrupt,
                     _ => ErrorCode::Io,
                 };
-                ApiError::new(code, err.to_string())
+                ApiError::new(code, without_kind(code, err.to_string()))
             }
         }
     };
+}
+
+/// `message` without the kind its crate's `Display` put in front ("not found: Session x" ->
+/// "Session x"): the code says it already, and a person reading `code: message` would see it
+/// twice.
+fn without_kind(code: ErrorCode, message: String) -> String {
+    let kind = match code {
+        ErrorCode::InvalidArgument => "invalid argument: ",
+        ErrorCode::NotFound => "not found: ",
+        ErrorCode::Conflict => "conflict: ",
+        ErrorCode::Unsupported => "unsupported: ",
+        _ => return message,
+    };
+    match message.strip_prefix(kind) {
+        Some(rest) => rest.to_owned(),
+        None => message,
+    }
 }
 
 map_kind!(logbook_engine::EngineError, logbook_engine::ErrorKind);

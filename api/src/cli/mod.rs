@@ -19,7 +19,11 @@ mod show;
 #[command(
     name = "logbook",
     version,
-    about = "Durable, searchable history for agent sessions"
+    about = "Durable, searchable history for agent sessions",
+    after_help = "Exit status: 0 success; 2 invalid_argument or a usage error; 3 not_found; \
+                  4 conflict; 5 busy; 6 unsupported; 7 unsupported_format; 8 permission_denied; \
+                  9 corrupt (also verify finding damage); 10 io. With --json, errors are \
+                  {\"error\": {\"code\", \"message\"}} on standard error."
 )]
 pub struct Args {
     /// The Root directory (default: $LOGBOOK_ROOT, else `.logbook` in the current directory).
@@ -174,6 +178,13 @@ enum GitCommand {
     },
 }
 
+impl Args {
+    /// Whether answers (and errors) are printed as JSON.
+    pub fn json(&self) -> bool {
+        self.json
+    }
+}
+
 pub struct Ctx {
     pub host: Host,
     pub json: bool,
@@ -220,8 +231,24 @@ pub fn run(args: Args) -> Result<(), ApiError> {
                 progress: logbook_engine::ProgressSink::new(Arc::new(progress::Bars::default())),
                 ..logbook_engine::RootOptions::default()
             };
+            // Only the commands that start Sessions make a Root; the others work on Sessions
+            // that must already exist, so a mistyped `--root` is an error, not a new Root.
+            let creates = matches!(command, Command::New { .. } | Command::Import { .. });
+            let opened = if creates {
+                logbook_engine::Root::open_or_init_with(&root, options)
+            } else if root.join("logbook.root").exists() || root.join("root-log").exists() {
+                logbook_engine::Root::open_with(&root, options)
+            } else {
+                return Err(ApiError::new(
+                    ErrorCode::NotFound,
+                    format!(
+                        "no Root at {} (make one with `logbook init` or `logbook new`, or name it with --root or LOGBOOK_ROOT)",
+                        root.display()
+                    ),
+                ));
+            };
             let ctx = Ctx {
-                host: Host::with_root(logbook_engine::Root::open_or_init_with(&root, options)?),
+                host: Host::with_root(opened?),
                 json: args.json,
             };
             run_command(&ctx, command)
@@ -252,6 +279,25 @@ fn derived_operation(prefix: &str, parts: &[&[u8]]) -> String {
         .map(|b| format!("{b:02x}"))
         .collect();
     format!("{prefix}-{hex}")
+}
+
+/// An operation id no earlier run used: `what` with the time, the process and a counter, for
+/// commands whose every run is a new mutation.
+fn fresh_operation(prefix: &str, what: &[u8]) -> String {
+    static RUNS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let run = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    derived_operation(
+        prefix,
+        &[
+            what,
+            &now.as_nanos().to_le_bytes(),
+            &std::process::id().to_le_bytes(),
+            &run.to_le_bytes(),
+        ],
+    )
 }
 
 fn run_command(ctx: &Ctx, command: Command) -> Result<(), ApiError> {
@@ -285,19 +331,8 @@ fn run_command(ctx: &Ctx, command: Command) -> Result<(), ApiError> {
             operation,
         } => {
             // A fresh operation per run: the same title set again later is a new mutation.
-            let operation = operation.unwrap_or_else(|| {
-                let now = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .unwrap_or_default();
-                derived_operation(
-                    "cli-title",
-                    &[
-                        session.as_bytes(),
-                        &now.as_nanos().to_le_bytes(),
-                        &std::process::id().to_le_bytes(),
-                    ],
-                )
-            });
+            let operation =
+                operation.unwrap_or_else(|| fresh_operation("cli-title", session.as_bytes()));
             let v = ctx.call(
                 "setTitle",
                 json!({"sessionId": session, "operation": operation, "title": title}),
@@ -310,8 +345,9 @@ fn run_command(ctx: &Ctx, command: Command) -> Result<(), ApiError> {
             operation,
         } => {
             let workspace = workspace.map(|w| std::path::absolute(&w).unwrap_or(w));
+            // A fresh operation per run: each `new` without `--operation` is a new Session.
             let op = operation.unwrap_or_else(|| {
-                derived_operation("cli-new", &[id.as_deref().unwrap_or("").as_bytes()])
+                fresh_operation("cli-new", id.as_deref().unwrap_or("").as_bytes())
             });
             let v = ctx.call(
                 "createSession",
@@ -401,17 +437,20 @@ fn run_command(ctx: &Ctx, command: Command) -> Result<(), ApiError> {
             let mut after = Value::Null;
             let mut through = through.map(Value::from).unwrap_or(Value::Null);
             let mut hits = 0usize;
-            loop {
+            while hits < max_hits {
+                // Each page asks for at most the hits still wanted, so exactly `max_hits` print.
+                let limit = (max_hits - hits).min(logbook_engine::SEARCH_HITS_MAX as usize);
                 let v = ctx.call(
                     "search",
                     json!({"sessionId": session, "query": query, "caseSensitive": case_sensitive,
-                           "wholeWord": whole_word, "through": through, "after": after}),
+                           "wholeWord": whole_word, "through": through, "after": after,
+                           "limit": limit}),
                 )?;
                 hits += v["hits"].as_array().map_or(0, Vec::len);
                 ctx.print(&v, |v| show::hits(ctx, &session, v));
                 through = v["through"].clone();
                 after = v["nextAfter"].clone();
-                if after.is_null() || hits >= max_hits {
+                if after.is_null() {
                     break;
                 }
             }
@@ -532,13 +571,7 @@ fn run_command(ctx: &Ctx, command: Command) -> Result<(), ApiError> {
             }
         },
         Command::Patch { session, operation } => {
-            let op = operation.unwrap_or_else(|| {
-                let now = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_nanos())
-                    .unwrap_or_default();
-                format!("cli-patch-{now}")
-            });
+            let op = operation.unwrap_or_else(|| fresh_operation("cli-patch", session.as_bytes()));
             let info = ctx.call(
                 "snapshotPatch",
                 json!({"sessionId": session, "operation": op}),
@@ -610,8 +643,15 @@ fn cat(ctx: &Ctx, session: &str, path: &str) -> Result<(), ApiError> {
             None => {}
         }
     })?;
-    if let Some(kind) = outcome {
-        eprintln!("{path}: {kind}");
+    match outcome.as_deref() {
+        None => Ok(()),
+        Some("absent") => Err(ApiError::new(
+            ErrorCode::NotFound,
+            format!("{path}: no such file in the workspace"),
+        )),
+        Some(kind) => Err(ApiError::new(
+            ErrorCode::Unsupported,
+            format!("{path}: not printed ({kind})"),
+        )),
     }
-    Ok(())
 }

@@ -1,0 +1,173 @@
+#![allow(clippy::unwrap_used)]
+//! The `logbook` command line as a person uses it: one test per defect a new user found.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Write as _};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+/// Runs `logbook --root ROOT ARGS...`.
+fn logbook(root: &Path, args: &[&str]) -> Output {
+    Command::new(common::bin())
+        .arg("--root")
+        .arg(root)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// A Root with Session `s` holding `n` assistant rows that all contain "needle".
+fn session_with_rows(root: &Path, n: usize) {
+    let o = logbook(root, &["new", "--id", "s"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let events = root.with_extension("events.jsonl");
+    let mut f = std::fs::File::create(&events).unwrap();
+    for i in 0..n {
+        writeln!(
+            f,
+            r#"{{"kind":"modelCompletion","invocation":"i","model":"m","usage":null,"items":[{{"kind":"assistant","body":"row {i} has a needle in it","thinking":null}}]}}"#
+        )
+        .unwrap();
+    }
+    drop(f);
+    let o = logbook(root, &["append", "s", events.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
+#[test]
+fn each_new_without_an_operation_starts_a_new_session() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    let ids: Vec<String> = ["/w", "/w", "/w2"]
+        .iter()
+        .map(|w| {
+            let o = logbook(&root, &["new", "--workspace", w]);
+            assert!(o.status.success(), "new --workspace {w}: {}", stderr(&o));
+            stdout(&o).trim().to_owned()
+        })
+        .collect();
+    assert_ne!(ids[0], ids[1]);
+    assert_ne!(ids[1], ids[2]);
+    // With an explicit operation a repeat is the same Session.
+    let again: Vec<String> = (0..2)
+        .map(|_| {
+            let o = logbook(&root, &["new", "--operation", "mine"]);
+            assert!(o.status.success(), "{}", stderr(&o));
+            stdout(&o).trim().to_owned()
+        })
+        .collect();
+    assert_eq!(again[0], again[1]);
+}
+
+#[test]
+fn a_closed_pipe_ends_the_command_quietly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    // Far more output than a pipe holds, so the command is still writing when it closes.
+    session_with_rows(&root, 3000);
+    let mut child = Command::new(common::bin())
+        .arg("--root")
+        .arg(&root)
+        .args(["history", "s", "--all"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    assert!(!first.is_empty());
+    let out = child.wait_with_output().unwrap();
+    let err = stderr(&out);
+    assert!(out.status.success(), "{:?}: {err}", out.status);
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn failures_exit_non_zero_with_one_status_per_kind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    std::fs::write(ws.join("there.txt"), "here\n").unwrap();
+    let o = logbook(
+        &root,
+        &["new", "--id", "s", "--workspace", ws.to_str().unwrap()],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = logbook(&root, &["cat", "s", "there.txt"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert_eq!(stdout(&o), "here\n");
+    // An absent file is not_found (3); an unknown Session too.
+    assert_eq!(
+        logbook(&root, &["cat", "s", "absent.txt"]).status.code(),
+        Some(3)
+    );
+    assert_eq!(logbook(&root, &["history", "nope"]).status.code(), Some(3));
+    // An operation reused with other parameters is a conflict (4), said once.
+    assert!(logbook(&root, &["new", "--id", "a", "--operation", "x"])
+        .status
+        .success());
+    let o = logbook(&root, &["new", "--id", "b", "--operation", "x"]);
+    assert_eq!(o.status.code(), Some(4));
+    assert!(!stderr(&o).contains("conflict: conflict"), "{}", stderr(&o));
+}
+
+#[test]
+fn search_prints_at_most_max_hits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    session_with_rows(&root, 200);
+    for (max, want) in [(3usize, 3usize), (65, 65), (1, 1), (500, 200)] {
+        let o = logbook(
+            &root,
+            &["search", "s", "needle", "--max-hits", &max.to_string()],
+        );
+        assert!(o.status.success(), "{}", stderr(&o));
+        let text = stdout(&o);
+        assert!(
+            text.trim_end().ends_with(&format!("{want} hit(s)")),
+            "--max-hits {max}: {text}"
+        );
+    }
+}
+
+#[test]
+fn reading_commands_refuse_a_missing_root_and_make_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let typo = tmp.path().join("typo").join("path");
+    for args in [
+        &["verify"][..],
+        &["sessions"],
+        &["history", "s"],
+        &["search", "s", "x"],
+    ] {
+        let o = logbook(&typo, args);
+        assert_eq!(o.status.code(), Some(3), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains("no Root at"), "{}", stderr(&o));
+    }
+    assert!(!tmp.path().join("typo").exists(), "nothing was created");
+    // With --json the error is JSON too.
+    let o = logbook(&typo, &["--json", "verify"]);
+    let err: Value = serde_json::from_str(stderr(&o).trim()).unwrap();
+    assert_eq!(err["error"]["code"], "not_found");
+    // A Root that exists is read as before, and `--json verify` prints JSON.
+    let root = tmp.path().join("root");
+    session_with_rows(&root, 2);
+    let o = logbook(&root, &["--json", "verify"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(v["sessions"], 1);
+}
