@@ -171,3 +171,63 @@ fn reading_commands_refuse_a_missing_root_and_make_nothing() {
     let v: Value = serde_json::from_str(stdout(&o).trim()).unwrap();
     assert_eq!(v["sessions"], 1);
 }
+
+#[test]
+fn control_characters_reach_the_terminal_escaped() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    std::fs::write(ws.join("red\x1b[31mname"), "x").unwrap();
+    std::fs::write(ws.join("two\nlines"), "x").unwrap();
+    let o = logbook(
+        &root,
+        &["new", "--id", "s", "--workspace", ws.to_str().unwrap()],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let events = tmp.path().join("e.jsonl");
+    std::fs::write(
+        &events,
+        r#"{"kind":"modelCompletion","invocation":"i","model":"m","usage":null,"items":[{"kind":"assistant","body":"title \u001b]0;owned\u0007 and \r bell","thinking":null}]}"#,
+    )
+    .unwrap();
+    assert!(logbook(&root, &["append", "s", events.to_str().unwrap()])
+        .status
+        .success());
+    let ls = stdout(&logbook(&root, &["ls", "s"]));
+    assert!(ls.contains("red\\x1b[31mname"), "{ls}");
+    assert!(ls.contains("two\\nlines"), "{ls}");
+    let history = stdout(&logbook(&root, &["history", "s"]));
+    assert!(history.contains("\\x1b]0;owned\\x07"), "{history}");
+    assert!(history.contains("\\r bell"), "{history}");
+    for out in [&ls, &history] {
+        assert!(
+            !out.chars().any(|c| c.is_control() && c != '\n'),
+            "a raw control character: {out:?}"
+        );
+    }
+    // `--json` stays exact.
+    let json = stdout(&logbook(&root, &["--json", "history", "s"]));
+    let v: Value = serde_json::from_str(json.trim()).unwrap();
+    let body = v["rows"][0]["fields"]["body"]["text"].as_str().unwrap();
+    assert_eq!(body, "title \u{1b}]0;owned\u{7} and \r bell");
+}
+
+#[test]
+fn large_files_and_limits_go_in_pages() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    // 5,000 events: more than one append takes, so the command line batches them.
+    session_with_rows(&root, 5000);
+    let o = logbook(&root, &["history", "s", "--limit", "5000"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o).lines().count(), 5000);
+    let o = logbook(&root, &["history", "s", "--limit", "1500", "--backward"]);
+    assert_eq!(stdout(&o).lines().count(), 1500);
+    // The same file again is the same batches: nothing is appended twice.
+    let events = root.with_extension("events.jsonl");
+    let o = logbook(&root, &["append", "s", events.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = logbook(&root, &["history", "s", "--all"]);
+    assert_eq!(stdout(&o).lines().count(), 5000);
+}

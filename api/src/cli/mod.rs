@@ -54,8 +54,11 @@ enum Command {
     },
     /// Give a Session a title (shown by `sessions`).
     Title {
+        /// The Session id.
         session: String,
+        /// The title (at most 1,024 bytes).
         title: String,
+        /// The operation id that makes a repeat harmless (a fresh one when absent).
         #[arg(long)]
         operation: Option<String>,
     },
@@ -67,12 +70,15 @@ enum Command {
         /// The Session's workspace directory (absolute, fixed for its life).
         #[arg(long)]
         workspace: Option<PathBuf>,
+        /// The operation id that makes a repeat harmless (a fresh one when absent).
         #[arg(long)]
         operation: Option<String>,
     },
     /// Append events, one JSON object per line, from a file or `-` for standard input.
     Append {
+        /// The Session id.
         session: String,
+        /// The events file (`-`: standard input).
         #[arg(default_value = "-")]
         file: PathBuf,
         /// The operation; defaults to one derived from the events, so a repeat is harmless.
@@ -81,11 +87,15 @@ enum Command {
     },
     /// Show history rows (forward from the start, or newest first with --backward).
     History {
+        /// The Session id.
         session: String,
+        /// Read as of this revision (the Session's current one when absent).
         #[arg(long)]
         through: Option<u64>,
+        /// Show at most this many rows (in pages of at most 1,024).
         #[arg(long, default_value_t = 128)]
         limit: u32,
+        /// Newest first.
         #[arg(long)]
         backward: bool,
         /// Follow the pages to the end.
@@ -94,12 +104,17 @@ enum Command {
     },
     /// Search a Session's history for a literal text.
     Search {
+        /// The Session id.
         session: String,
+        /// The literal text to find.
         query: String,
+        /// Match case exactly (default: Unicode simple case folding).
         #[arg(long)]
         case_sensitive: bool,
+        /// Only matches that are whole words.
         #[arg(long)]
         whole_word: bool,
+        /// Search as of this revision (the Session's current one when absent).
         #[arg(long)]
         through: Option<u64>,
         /// Stop after this many hits.
@@ -108,36 +123,54 @@ enum Command {
     },
     /// Print one whole field of a row.
     Source {
+        /// The Session id.
         session: String,
         /// The row's event sequence.
         sequence: u64,
         /// The row's index inside its event.
         #[arg(default_value_t = 0)]
         item: u32,
+        /// The field: body, thinking, arguments, name, ...
         #[arg(long, default_value = "body")]
         field: String,
     },
     /// Fork a Session from a settled Turn, or from all of it.
     Fork {
+        /// The Session id.
         session: String,
         /// The invocation of the Turn to fork at (all history when absent).
         #[arg(long)]
         turn: Option<String>,
+        /// The operation id; defaults to one derived from the fork's source, fence and Turn, so a
+        /// repeat is harmless.
         #[arg(long)]
         operation: Option<String>,
     },
     /// Show a Session's diagnostics, newest first.
-    Diagnostics { session: String },
+    Diagnostics {
+        /// The Session id.
+        session: String,
+    },
     /// Show the latest prepared model request of a Session.
-    Context { session: String },
+    Context {
+        /// The Session id.
+        session: String,
+    },
     /// List a directory of a Session's workspace.
     Ls {
+        /// The Session id.
         session: String,
+        /// The directory, relative to the workspace (its root when absent).
         #[arg(default_value = "")]
         path: String,
     },
     /// Print a file of a Session's workspace.
-    Cat { session: String, path: String },
+    Cat {
+        /// The Session id.
+        session: String,
+        /// The file, relative to the workspace.
+        path: String,
+    },
     /// Git views of a Session's workspace.
     Git {
         #[command(subcommand)]
@@ -145,7 +178,9 @@ enum Command {
     },
     /// Capture the workspace change against HEAD as a stored patch and print it.
     Patch {
+        /// The Session id.
         session: String,
+        /// The operation id that makes a repeat harmless (a fresh one when absent).
         #[arg(long)]
         operation: Option<String>,
     },
@@ -168,12 +203,18 @@ enum Command {
 #[derive(Subcommand, Debug)]
 enum GitCommand {
     /// Staged, worktree and untracked changes.
-    Status { session: String },
+    Status {
+        /// The Session id.
+        session: String,
+    },
     /// The diff of one path in one area (staged, worktree or untracked).
     Diff {
+        /// The Session id.
         session: String,
+        /// The path, relative to the workspace.
         path: String,
-        #[arg(long, default_value = "worktree")]
+        /// Which change to show.
+        #[arg(long, default_value = "worktree", value_parser = ["staged", "worktree", "untracked"])]
         area: String,
     },
 }
@@ -385,22 +426,48 @@ fn run_command(ctx: &Ctx, command: Command) -> Result<(), ApiError> {
             let op = operation.unwrap_or_else(|| {
                 derived_operation("cli-append", &[session.as_bytes(), text.as_bytes()])
             });
-            let joined: Vec<&str> = events.iter().map(|r| r.get()).collect();
-            let params = format!(
-                "{{\"sessionId\":{},\"operation\":{},\"events\":[{}]}}",
-                Value::from(session.clone()),
-                Value::from(op),
-                joined.join(",")
-            );
-            let raw = RawValue::from_string(params).expect("assembled from valid JSON parts");
-            let answer = dispatch::call(&ctx.host, "append", Some(&raw), &mut |_| {})?;
-            let v: Value = serde_json::from_str(answer.get()).expect("the dispatcher writes JSON");
-            ctx.print(&v, |v| {
+            // A file of more events than one append takes goes in batches, each with its own
+            // operation derived from the whole one, so a repeated run repeats every batch.
+            let batches: Vec<&[Box<RawValue>]> = if events.is_empty() {
+                vec![&[][..]]
+            } else {
+                events
+                    .chunks(logbook_engine::validate::APPEND_EVENTS_MAX)
+                    .collect()
+            };
+            let single = batches.len() == 1;
+            let mut first = None;
+            let mut last = Value::Null;
+            for (i, batch) in batches.into_iter().enumerate() {
+                let joined: Vec<&str> = batch.iter().map(|r| r.get()).collect();
+                let batch_op = if single {
+                    op.clone()
+                } else {
+                    format!("{op}-{i}")
+                };
+                let params = format!(
+                    "{{\"sessionId\":{},\"operation\":{},\"events\":[{}]}}",
+                    Value::from(session.clone()),
+                    Value::from(batch_op),
+                    joined.join(",")
+                );
+                let raw = RawValue::from_string(params).expect("assembled from valid JSON parts");
+                let answer = dispatch::call(&ctx.host, "append", Some(&raw), &mut |_| {})?;
+                let v: Value =
+                    serde_json::from_str(answer.get()).expect("the dispatcher writes JSON");
+                if ctx.json {
+                    println!("{v}");
+                }
+                first.get_or_insert_with(|| v["firstSequence"].clone());
+                last = v["lastSequence"].clone();
+            }
+            if !ctx.json {
                 println!(
                     "appended sequences {} to {}",
-                    v["firstSequence"], v["lastSequence"]
-                )
-            });
+                    first.unwrap_or(Value::Null),
+                    last
+                );
+            }
         }
         Command::History {
             session,
@@ -412,16 +479,20 @@ fn run_command(ctx: &Ctx, command: Command) -> Result<(), ApiError> {
             let direction = if backward { "backward" } else { "forward" };
             let mut after = Value::Null;
             let mut through = through.map(Value::from).unwrap_or(Value::Null);
-            loop {
+            // `--limit` rows in pages of at most what one page holds (all of them with --all).
+            let mut left = if all { u64::MAX } else { u64::from(limit) };
+            while left > 0 {
+                let page = left.min(u64::from(logbook_engine::PAGE_ROWS_MAX));
                 let v = ctx.call(
                     "history",
                     json!({"sessionId": session, "through": through, "after": after,
-                           "limit": limit, "direction": direction}),
+                           "limit": page, "direction": direction}),
                 )?;
                 ctx.print(&v, show::rows);
+                left = left.saturating_sub(v["rows"].as_array().map_or(0, |r| r.len() as u64));
                 through = v["through"].clone();
                 after = v["nextAfter"].clone();
-                if !all || after.is_null() {
+                if after.is_null() {
                     break;
                 }
             }
@@ -475,7 +546,8 @@ fn run_command(ctx: &Ctx, command: Command) -> Result<(), ApiError> {
                 if ctx.json {
                     println!("{v}");
                 } else {
-                    let _ = stdout.write_all(v["text"].as_str().unwrap_or("").as_bytes());
+                    let text = show::contents(v["text"].as_str().unwrap_or(""));
+                    let _ = stdout.write_all(text.as_bytes());
                 }
                 after = v["nextAfter"].clone();
                 if after.is_null() {
@@ -558,7 +630,7 @@ fn run_command(ctx: &Ctx, command: Command) -> Result<(), ApiError> {
                     json!({"sessionId": session, "path": path_param(&path), "area": area}),
                 )?;
                 ctx.print(&v, |v| match v["kind"].as_str() {
-                    Some("text") => print!("{}", v["patch"].as_str().unwrap_or("")),
+                    Some("text") => print!("{}", show::contents(v["patch"].as_str().unwrap_or(""))),
                     Some(kind) => println!(
                         "({kind}{})",
                         v["reason"]
@@ -586,7 +658,7 @@ fn run_command(ctx: &Ctx, command: Command) -> Result<(), ApiError> {
                     "readPatch",
                     json!({"sessionId": session, "patchId": info["patchId"], "after": after}),
                 )?;
-                print!("{}", v["text"].as_str().unwrap_or(""));
+                print!("{}", show::contents(v["text"].as_str().unwrap_or("")));
                 after = v["nextAfter"].clone();
                 if after.is_null() {
                     break;
@@ -636,7 +708,11 @@ fn cat(ctx: &Ctx, session: &str, path: &str) -> Result<(), ApiError> {
                 let data = base64::engine::general_purpose::STANDARD
                     .decode(item["dataBase64"].as_str().unwrap_or(""))
                     .unwrap_or_default();
-                let _ = stdout.write_all(&data);
+                // Text chunks end on UTF-8 boundaries, so each can be escaped alone.
+                let _ = match std::str::from_utf8(&data) {
+                    Ok(text) => stdout.write_all(show::contents(text).as_bytes()),
+                    Err(_) => stdout.write_all(&data),
+                };
             }
             Some("begin") | Some("end") => {}
             Some(other) => outcome = Some(other.to_owned()),

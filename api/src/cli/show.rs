@@ -5,10 +5,46 @@ use serde_json::Value;
 
 use super::Ctx;
 
-/// A one-line preview of a text: first line, at most `max` characters.
+/// `text` safe to print on a terminal: control characters (C0, DEL, C1: escape sequences,
+/// BEL, CR, ...) are shown escaped (`\x1b`, `\r`, `\u{9b}`) instead of acting on the
+/// terminal. `lines` keeps newlines and tabs (a multi-line body); otherwise they are escaped
+/// too, so a name or one-line field stays one line. `--json` output never goes through here.
+pub fn printable(text: &str, lines: bool) -> std::borrow::Cow<'_, str> {
+    let keep = |c: char| lines && (c == '\n' || c == '\t');
+    if !text.chars().any(|c| c.is_control() && !keep(c)) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            c if keep(c) || !c.is_control() => out.push(c),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c if (c as u32) < 0x80 => out.push_str(&format!("\\x{:02x}", c as u32)),
+            c => out.push_str(&format!("\\u{{{:x}}}", c as u32)),
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// A whole body printed as it is (`source`, `cat`, patches): exact into a pipe or file, and
+/// with its control characters escaped (newlines and tabs kept) when standard output is a
+/// terminal, which they would otherwise drive.
+pub fn contents(text: &str) -> std::borrow::Cow<'_, str> {
+    use std::io::IsTerminal as _;
+    if std::io::stdout().is_terminal() {
+        printable(text, true)
+    } else {
+        std::borrow::Cow::Borrowed(text)
+    }
+}
+
+/// A one-line preview of a text: first line, at most `max` characters, printable.
 pub fn preview(text: &str, max: usize) -> String {
     let line = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
-    let mut out: String = line.chars().take(max).collect();
+    let short: String = line.chars().take(max).collect();
+    let mut out = printable(&short, false).into_owned();
     if line.chars().count() > max || text.lines().filter(|l| !l.trim().is_empty()).count() > 1 {
         out.push('…');
     }
@@ -19,7 +55,12 @@ fn path_text(path: &Value) -> String {
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(path["bytesBase64"].as_str().unwrap_or(""))
         .unwrap_or_default();
-    String::from_utf8_lossy(&bytes).into_owned()
+    printable(&String::from_utf8_lossy(&bytes), false).into_owned()
+}
+
+/// A one-line string field of an answer, printable.
+fn field<'a>(v: &'a Value) -> std::borrow::Cow<'a, str> {
+    printable(v.as_str().unwrap_or(""), false)
 }
 
 /// One `sessions` page: id, rows, last activity (UTC), size, title; damaged ones marked.
@@ -29,8 +70,8 @@ pub fn sessions(v: &Value) {
         if let Some(d) = s.get("damage").filter(|d| !d.is_null()) {
             println!(
                 "{id:<28} DAMAGED ({}): {}",
-                d["code"].as_str().unwrap_or(""),
-                d["message"].as_str().unwrap_or("")
+                field(&d["code"]),
+                field(&d["message"])
             );
             continue;
         }
@@ -39,7 +80,9 @@ pub fn sessions(v: &Value) {
             s["rows"],
             utc_minute(s["lastActivityAt"].as_u64().unwrap_or(0)),
             human_bytes(s["bytes"].as_u64().unwrap_or(0)),
-            s["title"].as_str().unwrap_or("(untitled)")
+            s["title"]
+                .as_str()
+                .map_or("(untitled)".into(), |t| printable(t, false))
         );
     }
 }
@@ -86,8 +129,8 @@ pub fn verify(v: &Value) {
             .map_or("the Root".to_owned(), |id| format!("Session {id}"));
         println!(
             "damage in {whose}: {}: {}",
-            d["code"].as_str().unwrap_or(""),
-            d["message"].as_str().unwrap_or("")
+            field(&d["code"]),
+            field(&d["message"])
         );
     }
     for c in v["cuts"].as_array().into_iter().flatten() {
@@ -97,7 +140,7 @@ pub fn verify(v: &Value) {
         println!(
             "cut: {} bytes of a torn tail of {whose} (never acknowledged) are kept in {}",
             c["bytes"],
-            c["path"].as_str().unwrap_or("")
+            field(&c["path"])
         );
     }
 }
@@ -117,7 +160,7 @@ pub fn rows(v: &Value) {
         let name = fields
             .and_then(|f| f.get("name"))
             .and_then(|f| f["text"].as_str())
-            .map(|n| format!("{n} "))
+            .map(|n| format!("{} ", printable(n, false)))
             .unwrap_or_default();
         println!(
             "{:>6}.{:<3} {:<11} {}{}",
@@ -147,6 +190,7 @@ pub fn hits(ctx: &Ctx, session: &str, v: &Value) {
             .ok()
             .and_then(|s| s["text"].as_str().map(|t| t.replace('\n', " ")))
             .unwrap_or_default();
+        let context: String = context.chars().take(120).collect();
         println!(
             "{:>6}.{:<3} {:<9} {:>6}..{:<6} …{}…",
             pos["sourceSequence"],
@@ -154,7 +198,7 @@ pub fn hits(ctx: &Ctx, session: &str, v: &Value) {
             hit["field"].as_str().unwrap_or(""),
             start,
             end,
-            context.chars().take(120).collect::<String>()
+            printable(&context, false)
         );
     }
 }
@@ -176,7 +220,12 @@ pub fn git_status(v: &Value) {
         println!("(the workspace root holds no git repository)");
         return;
     }
-    println!("head {}", v["head"].as_str().unwrap_or("(unborn)"));
+    println!(
+        "head {}",
+        v["head"]
+            .as_str()
+            .map_or("(unborn)".into(), |h| printable(h, false))
+    );
     for (area, list) in [("staged", &v["staged"]), ("worktree", &v["worktree"])] {
         for c in list.as_array().into_iter().flatten() {
             println!(
@@ -193,6 +242,18 @@ pub fn git_status(v: &Value) {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn control_characters_are_escaped() {
+        use super::printable;
+        assert_eq!(printable("plain text", false), "plain text");
+        assert_eq!(
+            printable("a\x1b]0;title\x07b\rc\u{9b}d\x7f", false),
+            "a\\x1b]0;title\\x07b\\rc\\u{9b}d\\x7f"
+        );
+        assert_eq!(printable("one\ntwo\tx", false), "one\\ntwo\\tx");
+        assert_eq!(printable("one\ntwo\tx\x1b", true), "one\ntwo\tx\\x1b");
+    }
+
     #[test]
     fn utc_minutes_and_sizes() {
         assert_eq!(super::utc_minute(0), "1970-01-01 00:00");
