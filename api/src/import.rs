@@ -363,54 +363,85 @@ pub fn run(
         ));
     }
     let bar = indicatif::ProgressBar::new(files.len() as u64);
+    // One bad file does not stop the batch: each failure is reported where it happened and
+    // the command fails at the end with the first one's code, after every other file went in.
+    let mut failed: Vec<ApiError> = Vec::new();
     for file in files {
-        let text = std::fs::read(file).map_err(|e| {
-            ApiError::new(ErrorCode::Io, format!("reading {}: {e}", file.display()))
-        })?;
-        let text = String::from_utf8_lossy(&text);
-        let conversion = convert(&text)
-            .map_err(|e| ApiError::new(e.code, format!("{}: {}", file.display(), e.message)))?;
-        let tag = &digest(text.as_bytes())[7..23];
-        let session = format!("import-{tag}");
-        let ws = workspace
-            .map(|w| w.to_string_lossy().into_owned())
-            .or(conversion.workspace.clone())
-            .filter(|w| Path::new(w).is_absolute());
-        call(
-            host,
-            "createSession",
-            json!({"sessionId": session, "workspace": ws, "operation": format!("import-{tag}")}),
-        )?;
-        for (n, chunk) in conversion.events.chunks(IMPORT_BATCH_EVENTS).enumerate() {
-            call(
-                host,
-                "append",
-                json!({"sessionId": session, "operation": format!("import-{tag}-{n}"), "events": chunk}),
-            )?;
-        }
+        let outcome = import_one(host, file, workspace);
         bar.inc(1);
-        let report = json!({"file": file, "format": conversion.format, "sessionId": session,
-            "events": conversion.events.len(),
-            "skipped": conversion.skipped.iter().map(|(l, why)| json!({"line": l, "reason": why})).collect::<Vec<_>>()});
-        bar.suspend(|| {
-            if json_out {
-                println!("{report}");
-            } else {
+        bar.suspend(|| match &outcome {
+            Ok(report) if json_out => println!("{report}"),
+            Ok(report) => {
                 println!(
-                    "{}: {} transcript -> session {session}, {} events, {} line(s) skipped",
+                    "{}: {} transcript -> session {}, {} events, {} line(s) skipped",
                     file.display(),
-                    conversion.format,
-                    conversion.events.len(),
-                    conversion.skipped.len()
+                    report["format"].as_str().unwrap_or(""),
+                    report["sessionId"].as_str().unwrap_or(""),
+                    report["events"],
+                    report["skipped"].as_array().map_or(0, Vec::len)
                 );
-                for (line, why) in conversion.skipped.iter().take(10) {
-                    println!("  line {line}: skipped, {why}");
+                for s in report["skipped"].as_array().into_iter().flatten().take(10) {
+                    println!(
+                        "  line {}: skipped, {}",
+                        s["line"],
+                        s["reason"].as_str().unwrap_or("")
+                    );
                 }
             }
+            Err(e) if json_out => println!(
+                "{}",
+                json!({"file": file, "error": {"code": e.code.as_str(), "message": e.message}})
+            ),
+            Err(e) => eprintln!("{}: not imported: {e}", file.display()),
         });
+        if let Err(e) = outcome {
+            failed.push(e);
+        }
     }
     bar.finish_and_clear();
-    Ok(())
+    match failed.first() {
+        None => Ok(()),
+        Some(first) => Err(ApiError::new(
+            first.code,
+            format!(
+                "{} of {} file(s) not imported (each is named above); the others went in",
+                failed.len(),
+                files.len()
+            ),
+        )),
+    }
+}
+
+/// Imports one transcript file into its own Session; returns the report line.
+fn import_one(host: &Host, file: &Path, workspace: Option<&Path>) -> Result<Value, ApiError> {
+    let text = std::fs::read(file)
+        .map_err(|e| ApiError::new(ErrorCode::Io, format!("reading {}: {e}", file.display())))?;
+    let text = String::from_utf8_lossy(&text);
+    let conversion = convert(&text)
+        .map_err(|e| ApiError::new(e.code, format!("{}: {}", file.display(), e.message)))?;
+    let tag = &digest(text.as_bytes())[7..23];
+    let session = format!("import-{tag}");
+    let ws = workspace
+        .map(|w| w.to_string_lossy().into_owned())
+        .or(conversion.workspace.clone())
+        .filter(|w| Path::new(w).is_absolute());
+    call(
+        host,
+        "createSession",
+        json!({"sessionId": session, "workspace": ws, "operation": format!("import-{tag}")}),
+    )?;
+    for (n, chunk) in conversion.events.chunks(IMPORT_BATCH_EVENTS).enumerate() {
+        call(
+            host,
+            "append",
+            json!({"sessionId": session, "operation": format!("import-{tag}-{n}"), "events": chunk}),
+        )?;
+    }
+    Ok(
+        json!({"file": file, "format": conversion.format, "sessionId": session,
+        "events": conversion.events.len(),
+        "skipped": conversion.skipped.iter().map(|(l, why)| json!({"line": l, "reason": why})).collect::<Vec<_>>()}),
+    )
 }
 
 #[cfg(test)]

@@ -49,9 +49,14 @@ fn session_with_rows(root: &Path, n: usize) {
 fn each_new_without_an_operation_starts_a_new_session() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("root");
-    let ids: Vec<String> = ["/w", "/w", "/w2"]
+    for w in ["w", "w2"] {
+        std::fs::create_dir(tmp.path().join(w)).unwrap();
+    }
+    let ids: Vec<String> = ["w", "w", "w2"]
         .iter()
         .map(|w| {
+            let w = tmp.path().join(w);
+            let w = w.to_str().unwrap();
             let o = logbook(&root, &["new", "--workspace", w]);
             assert!(o.status.success(), "new --workspace {w}: {}", stderr(&o));
             stdout(&o).trim().to_owned()
@@ -230,4 +235,73 @@ fn large_files_and_limits_go_in_pages() {
     assert!(o.status.success(), "{}", stderr(&o));
     let o = logbook(&root, &["history", "s", "--all"]);
     assert_eq!(stdout(&o).lines().count(), 5000);
+}
+
+#[test]
+fn one_bad_file_does_not_stop_an_import() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    let good = |n: usize| {
+        let p = tmp.path().join(format!("good{n}.jsonl"));
+        std::fs::write(
+            &p,
+            format!(
+                "{}\n{}\n",
+                r#"{"type":"user","cwd":"/w","message":{"role":"user","content":"fix it"}}"#,
+                format_args!(
+                    r#"{{"type":"assistant","message":{{"model":"m","content":[{{"type":"text","text":"done {n}"}}]}}}}"#
+                )
+            ),
+        )
+        .unwrap();
+        p
+    };
+    let (a, b) = (good(1), good(2));
+    let missing = tmp.path().join("missing.jsonl");
+    let o = logbook(
+        &root,
+        &[
+            "import",
+            a.to_str().unwrap(),
+            missing.to_str().unwrap(),
+            b.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(o.status.code(), Some(10), "io: {}", stderr(&o));
+    assert!(stderr(&o).contains("missing.jsonl"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("1 of 3 file(s) not imported"),
+        "{}",
+        stderr(&o)
+    );
+    let listed = stdout(&logbook(&root, &["--json", "sessions"]));
+    let v: Value = serde_json::from_str(listed.trim()).unwrap();
+    assert_eq!(v["sessions"].as_array().unwrap().len(), 2, "{listed}");
+}
+
+#[test]
+fn send_and_a_workspace_that_is_a_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    let ws = tmp.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    std::os::unix::fs::symlink(&ws, tmp.path().join("link")).unwrap();
+    std::fs::write(tmp.path().join("file"), "x").unwrap();
+    for bad in ["missing", "link", "file"] {
+        let w = tmp.path().join(bad);
+        let o = logbook(&root, &["new", "--workspace", w.to_str().unwrap()]);
+        assert_eq!(o.status.code(), Some(2), "{bad}: {}", stderr(&o));
+    }
+    let o = logbook(
+        &root,
+        &["new", "--id", "s", "--workspace", ws.to_str().unwrap()],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = logbook(&root, &["send", "s", "why?"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let invocation = stdout(&o).split_whitespace().last().unwrap().to_owned();
+    assert!(invocation.starts_with("inv-"), "{}", stdout(&o));
+    // Human history shows the invocation a fork needs.
+    let history = stdout(&logbook(&root, &["history", "s"]));
+    assert!(history.contains(&format!("[{invocation}]")), "{history}");
 }

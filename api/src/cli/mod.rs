@@ -74,6 +74,16 @@ enum Command {
         #[arg(long)]
         operation: Option<String>,
     },
+    /// Send a user message to a Session (starts a Turn; prints its invocation id).
+    Send {
+        /// The Session id.
+        session: String,
+        /// The message text.
+        text: String,
+        /// The operation id that makes a repeat harmless (a fresh one when absent).
+        #[arg(long)]
+        operation: Option<String>,
+    },
     /// Append events, one JSON object per line, from a file or `-` for standard input.
     Append {
         /// The Session id.
@@ -322,6 +332,22 @@ fn derived_operation(prefix: &str, parts: &[&[u8]]) -> String {
     format!("{prefix}-{hex}")
 }
 
+/// A workspace for a new Session: an existing directory, named without a symbolic link at
+/// its end (reads never follow one, so a Session over a link would answer nothing).
+fn check_workspace(w: &std::path::Path) -> Result<(), ApiError> {
+    let shown = w.display();
+    match std::fs::symlink_metadata(w) {
+        Err(e) => Err(ApiError::invalid(format!("workspace {shown}: {e}"))),
+        Ok(m) if m.file_type().is_symlink() => Err(ApiError::invalid(format!(
+            "workspace {shown} is a symbolic link; name the directory it points to"
+        ))),
+        Ok(m) if !m.is_dir() => Err(ApiError::invalid(format!(
+            "workspace {shown} is not a directory"
+        ))),
+        Ok(_) => Ok(()),
+    }
+}
+
 /// An operation id no earlier run used: `what` with the time, the process and a counter, for
 /// commands whose every run is a new mutation.
 fn fresh_operation(prefix: &str, what: &[u8]) -> String {
@@ -351,6 +377,9 @@ fn run_command(ctx: &Ctx, command: Command) -> Result<(), ApiError> {
             let mut left = limit.unwrap_or(u64::MAX);
             let mut after = Value::Null;
             let workspace = workspace.map(|w| std::path::absolute(&w).unwrap_or(w));
+            if !ctx.json {
+                show::sessions_header();
+            }
             while left > 0 {
                 let page = ctx.call(
                     "sessions",
@@ -386,6 +415,9 @@ fn run_command(ctx: &Ctx, command: Command) -> Result<(), ApiError> {
             operation,
         } => {
             let workspace = workspace.map(|w| std::path::absolute(&w).unwrap_or(w));
+            if let Some(w) = &workspace {
+                check_workspace(w)?;
+            }
             // A fresh operation per run: each `new` without `--operation` is a new Session.
             let op = operation.unwrap_or_else(|| {
                 fresh_operation("cli-new", id.as_deref().unwrap_or("").as_bytes())
@@ -396,6 +428,24 @@ fn run_command(ctx: &Ctx, command: Command) -> Result<(), ApiError> {
             )?;
             ctx.print(&v, |v| {
                 println!("{}", v["sessionId"].as_str().unwrap_or(""))
+            });
+        }
+        Command::Send {
+            session,
+            text,
+            operation,
+        } => {
+            let op = operation.unwrap_or_else(|| fresh_operation("cli-send", session.as_bytes()));
+            let v = ctx.call(
+                "send",
+                json!({"sessionId": session, "operation": op, "text": text, "attachments": []}),
+            )?;
+            ctx.print(&v, |v| {
+                println!(
+                    "sent as sequence {}, invocation {}",
+                    v["sequence"],
+                    v["invocation"].as_str().unwrap_or("")
+                )
             });
         }
         Command::Append {

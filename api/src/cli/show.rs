@@ -63,6 +63,14 @@ fn field<'a>(v: &'a Value) -> std::borrow::Cow<'a, str> {
     printable(v.as_str().unwrap_or(""), false)
 }
 
+/// The column names over `sessions`.
+pub fn sessions_header() {
+    println!(
+        "{:<28} {:>12}  {:<16}  {:>9}  TITLE",
+        "SESSION", "ROWS", "LAST ACTIVITY", "SIZE"
+    );
+}
+
 /// One `sessions` page: id, rows, last activity (UTC), size, title; damaged ones marked.
 pub fn sessions(v: &Value) {
     for s in v["sessions"].as_array().into_iter().flatten() {
@@ -162,11 +170,17 @@ pub fn rows(v: &Value) {
             .and_then(|f| f["text"].as_str())
             .map(|n| format!("{} ", printable(n, false)))
             .unwrap_or_default();
+        // The invocation, so that `fork --turn` can be given one from what is shown.
+        let invocation = row["invocation"]
+            .as_str()
+            .map(|i| format!("[{}] ", printable(i, false)))
+            .unwrap_or_default();
         println!(
-            "{:>6}.{:<3} {:<11} {}{}",
+            "{:>6}.{:<3} {:<11} {}{}{}",
             pos["sourceSequence"],
             pos["itemIndex"],
             row["kind"].as_str().unwrap_or(""),
+            invocation,
             name,
             preview(text, 100)
         );
