@@ -305,3 +305,20 @@ fn send_and_a_workspace_that_is_a_directory() {
     let history = stdout(&logbook(&root, &["history", "s"]));
     assert!(history.contains(&format!("[{invocation}]")), "{history}");
 }
+
+#[test]
+fn completions_and_the_manual_page_are_generated() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    for shell in ["bash", "zsh", "fish"] {
+        let o = logbook(&root, &["completions", shell]);
+        assert!(o.status.success(), "{shell}: {}", stderr(&o));
+        assert!(stdout(&o).contains("search"), "{shell}");
+    }
+    let o = logbook(&root, &["man"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).starts_with(".ie"), "roff");
+    assert!(stdout(&o).contains("logbook"));
+    // Neither made a Root.
+    assert!(!root.exists());
+}

@@ -208,6 +208,14 @@ enum Command {
     },
     /// The tour: write a real session, read it back, search it, look at this directory.
     Demo,
+    /// Print a shell completion script (install: `logbook completions bash >
+    /// ~/.local/share/bash-completion/completions/logbook`, or your shell's place).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page in roff (install: `logbook man > ~/.local/share/man/man1/logbook.1`).
+    Man,
 }
 
 #[derive(Subcommand, Debug)]
@@ -277,6 +285,18 @@ pub fn run(args: Args) -> Result<(), ApiError> {
                 .map_err(|err| ApiError::new(ErrorCode::Io, format!("serve: {err}")))
         }
         Command::Demo => crate::cli::demo_entry(&root),
+        // Neither needs a Root: both are made from the argument definitions above.
+        Command::Completions { shell } => {
+            use clap::CommandFactory as _;
+            clap_complete::generate(shell, &mut Args::command(), "logbook", &mut io::stdout());
+            Ok(())
+        }
+        Command::Man => {
+            use clap::CommandFactory as _;
+            clap_mangen::Man::new(Args::command())
+                .render(&mut io::stdout())
+                .map_err(|e| ApiError::new(ErrorCode::Io, format!("writing the manual: {e}")))
+        }
         command => {
             let options = logbook_engine::RootOptions {
                 progress: logbook_engine::ProgressSink::new(Arc::new(progress::Bars::default())),
@@ -733,7 +753,11 @@ fn run_command(ctx: &Ctx, command: Command) -> Result<(), ApiError> {
         Command::Import { files, workspace } => {
             logbook_api::import::run(&ctx.host, &files, workspace.as_deref(), ctx.json)?;
         }
-        Command::Init | Command::Serve | Command::Demo => {
+        Command::Init
+        | Command::Serve
+        | Command::Demo
+        | Command::Completions { .. }
+        | Command::Man => {
             unreachable!("handled before a Host is opened")
         }
     }
