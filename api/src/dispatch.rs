@@ -62,7 +62,7 @@ pub fn is_waiting(method: &str) -> bool {
 }
 
 #[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct InteractionParams {
     session_id: String,
     interaction_id: String,

@@ -35,13 +35,13 @@ impl WirePath {
 
 /// `{sessionId}`, the parameters of several session-scoped reads.
 #[derive(Clone, Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SessionParams {
     pub session_id: String,
 }
 
 #[derive(Clone, Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ListFilesParams {
     pub session_id: String,
     #[serde(default)]
@@ -76,7 +76,7 @@ pub enum FileKind {
 }
 
 #[derive(Clone, Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct WatchFilesOpenParams {
     pub session_id: String,
     #[serde(default)]
@@ -91,7 +91,7 @@ pub struct WatchFilesOpenResult {
 }
 
 #[derive(Clone, Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct WatchFilesNextParams {
     pub watch_id: String,
     #[serde(default)]
@@ -113,13 +113,13 @@ pub enum FileWatchEvent {
 }
 
 #[derive(Clone, Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct WatchFilesCloseParams {
     pub watch_id: String,
 }
 
 #[derive(Clone, Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ReadFileParams {
     pub session_id: String,
     pub path: WirePath,
@@ -194,7 +194,7 @@ pub enum GitArea {
 }
 
 #[derive(Clone, Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GitDiffParams {
     pub session_id: String,
     pub path: WirePath,
@@ -211,7 +211,7 @@ pub enum GitDiffResult {
 }
 
 #[derive(Clone, Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SnapshotPatchParams {
     pub session_id: String,
     pub operation: String,

@@ -322,3 +322,30 @@ fn completions_and_the_manual_page_are_generated() {
     // Neither made a Root.
     assert!(!root.exists());
 }
+
+/// A misspelt parameter is refused, naming it, rather than ignored (`casesensitive` used to
+/// search case-insensitively without a word).
+#[test]
+fn unknown_parameters_are_refused_by_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    session_with_rows(&root, 2);
+    let mut s = common::Server::start(&root);
+    let id = s.request(
+        "search",
+        serde_json::json!({"sessionId": "s", "query": "Needle", "casesensitive": true}),
+    );
+    let e = s.answer(id);
+    assert_eq!(e["error"]["code"], "invalid_argument", "{e}");
+    assert!(
+        e["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("casesensitive"),
+        "{e}"
+    );
+    s.ok(
+        "search",
+        serde_json::json!({"sessionId": "s", "query": "Needle", "caseSensitive": true}),
+    );
+}

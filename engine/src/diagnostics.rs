@@ -84,7 +84,7 @@ pub struct DiagnosticCause {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RecordDiagnosticParams {
     pub session_id: String,
     pub operation: String,
@@ -116,7 +116,7 @@ pub struct Diagnostic {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct DiagnosticsParams {
     pub session_id: String,
     #[serde(default)]
@@ -138,7 +138,7 @@ pub struct DiagnosticsPage {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct WatchDiagnosticsParams {
     pub session_id: String,
     #[serde(default)]

@@ -93,7 +93,7 @@ pub enum ForkFrom {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ForkParams {
     pub session_id: String,
     pub operation: String,
@@ -111,7 +111,7 @@ pub struct ForkResult {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ForkReceiptParams {
     pub session_id: String,
     pub operation: String,

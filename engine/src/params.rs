@@ -17,7 +17,7 @@ pub struct Position {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct CreateSessionParams {
     #[serde(default)]
     pub session_id: Option<String>,
@@ -73,7 +73,7 @@ pub const SESSIONS_PAGE_DEFAULT: u32 = 128;
 pub const SESSIONS_PAGE_MAX: u32 = 1024;
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SessionsParams {
     /// `nextAfter` of the previous page.
     #[serde(default)]
@@ -96,7 +96,7 @@ pub struct SessionsPage {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SetTitleParams {
     pub session_id: String,
     pub operation: String,
@@ -104,7 +104,7 @@ pub struct SetTitleParams {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AppendParams {
     pub session_id: String,
     pub operation: String,
@@ -128,7 +128,7 @@ pub struct SendAttachment {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SendParams {
     pub session_id: String,
     pub operation: String,
@@ -145,7 +145,7 @@ pub struct SendResult {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct StopParams {
     pub session_id: String,
     pub operation: String,
@@ -159,7 +159,7 @@ pub struct SequenceResult {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RespondParams {
     pub session_id: String,
     pub operation: String,
@@ -204,7 +204,7 @@ pub enum Anchor {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct HistoryParams {
     pub session_id: String,
     #[serde(default)]
@@ -247,7 +247,7 @@ pub struct HistoryPage {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SourceParams {
     pub session_id: String,
     #[serde(default)]
@@ -272,7 +272,7 @@ pub struct TextPage {
 pub type SourcePage = TextPage;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct WatchParams {
     pub session_id: String,
     #[serde(default)]
@@ -307,7 +307,7 @@ pub struct WatchResult {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ContextParams {
     pub session_id: String,
     #[serde(default)]
@@ -325,14 +325,14 @@ pub struct ContextResult {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AttachmentsParams {
     pub session_id: String,
     pub invocation: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ReadAttachmentsParams {
     pub session_id: String,
     pub invocation: String,

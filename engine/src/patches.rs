@@ -54,7 +54,7 @@ pub struct PatchInfo {
 /// read (null = 0), `limit` a byte count (default [`READ_PATCH_BYTES_DEFAULT`], at most
 /// [`READ_PATCH_BYTES_MAX`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ReadPatchParams {
     pub session_id: String,
     pub patch_id: String,

@@ -59,7 +59,7 @@ const CANDIDATE_BATCH: usize = 1024;
 
 /// `search` request.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SearchParams {
     pub session_id: String,
     pub query: String,
