@@ -52,12 +52,24 @@ pub struct ApiError {
     pub message: String,
 }
 
+/// Longest error message answered: messages quote the input they refuse, and a 100 MB id
+/// must not come back as a 100 MB error line. Longer ones are cut (on a character boundary)
+/// with a note of how long they were.
+pub const ERROR_MESSAGE_BYTES_MAX: usize = 1024;
+
 impl ApiError {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> ApiError {
-        ApiError {
-            code,
-            message: message.into(),
+        let mut message = message.into();
+        if message.len() > ERROR_MESSAGE_BYTES_MAX {
+            let total = message.len();
+            let mut end = ERROR_MESSAGE_BYTES_MAX;
+            while !message.is_char_boundary(end) {
+                end -= 1;
+            }
+            message.truncate(end);
+            message.push_str(&format!("… (cut: the message was {total} bytes)"));
         }
+        ApiError { code, message }
     }
 
     pub fn invalid(message: impl Into<String>) -> ApiError {

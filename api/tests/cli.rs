@@ -349,3 +349,21 @@ fn unknown_parameters_are_refused_by_name() {
         serde_json::json!({"sessionId": "s", "query": "Needle", "caseSensitive": true}),
     );
 }
+
+/// An error quotes what it refuses, but never all of a huge input.
+#[test]
+fn errors_quote_at_most_a_few_hundred_bytes_of_the_input() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    let mut s = common::Server::start(&root);
+    let huge = "x".repeat(1 << 20);
+    let id = s.request(
+        "history",
+        serde_json::json!({"sessionId": huge, "limit": 5}),
+    );
+    let e = s.answer(id);
+    let message = e["error"]["message"].as_str().unwrap();
+    assert_eq!(e["error"]["code"], "not_found", "{}", &message[..200]);
+    assert!(message.len() < 1200, "{} bytes", message.len());
+    assert!(message.contains("cut: the message was"), "{message}");
+}
