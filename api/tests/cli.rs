@@ -224,17 +224,39 @@ fn large_files_and_limits_go_in_pages() {
     let root = tmp.path().join("root");
     // 5,000 events: more than one append takes, so the command line batches them.
     session_with_rows(&root, 5000);
+    let rows = |o: &Output| {
+        stdout(o)
+            .lines()
+            .filter(|l| !l.starts_with("(more rows"))
+            .count()
+    };
     let o = logbook(&root, &["history", "s", "--limit", "5000"]);
     assert!(o.status.success(), "{}", stderr(&o));
-    assert_eq!(stdout(&o).lines().count(), 5000);
+    assert_eq!(rows(&o), 5000);
     let o = logbook(&root, &["history", "s", "--limit", "1500", "--backward"]);
-    assert_eq!(stdout(&o).lines().count(), 1500);
-    // The same file again is the same batches: nothing is appended twice.
+    assert_eq!(rows(&o), 1500);
+    assert!(stdout(&o).ends_with("(more rows: --all shows every one, --limit N the next N)\n"));
+    // The same file again is the same batches: nothing is appended twice, and it says so.
     let events = root.with_extension("events.jsonl");
     let o = logbook(&root, &["append", "s", events.to_str().unwrap()]);
     assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).starts_with("already appended"), "{}", stdout(&o));
     let o = logbook(&root, &["history", "s", "--all"]);
-    assert_eq!(stdout(&o).lines().count(), 5000);
+    assert_eq!(rows(&o), 5000);
+    // A bad line is reported at its file and line.
+    let bad = tmp.path().join("bad.jsonl");
+    std::fs::write(
+        &bad,
+        "{\"kind\": \"userMessage\"}\n\n{\"kind\": \"nope\"}\n",
+    )
+    .unwrap();
+    let o = logbook(&root, &["append", "s", bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("bad.jsonl, line 1: not an event"),
+        "{}",
+        stderr(&o)
+    );
 }
 
 #[test]

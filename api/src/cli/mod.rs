@@ -484,15 +484,32 @@ fn run_command(ctx: &Ctx, command: Command) -> Result<(), ApiError> {
                 })?;
             }
             let mut events = Vec::new();
+            let name = if file.as_os_str() == "-" {
+                "standard input".to_owned()
+            } else {
+                file.display().to_string()
+            };
             for (n, line) in text.lines().enumerate() {
                 if line.trim().is_empty() {
                     continue;
                 }
-                let raw = RawValue::from_string(line.to_owned()).map_err(|e| {
-                    ApiError::invalid(format!("line {}: not a JSON event: {e}", n + 1))
-                })?;
-                events.push(raw);
+                // Each line is checked alone, so a mistake is reported at its file and line
+                // (not at a column of the request the lines are sent in).
+                if let Err(e) = serde_json::from_str::<logbook_engine::Event>(line) {
+                    return Err(ApiError::invalid(format!(
+                        "{name}, line {}: not an event: {e}",
+                        n + 1
+                    )));
+                }
+                events.push(RawValue::from_string(line.to_owned()).expect("parsed just above"));
             }
+            // The Session's revision before, to tell a repeat (answered from its receipts)
+            // from new events.
+            let before = if ctx.json {
+                None
+            } else {
+                ctx.call("history", json!({"sessionId": session, "limit": 1}))?["through"].as_u64()
+            };
             let op = operation.unwrap_or_else(|| {
                 derived_operation("cli-append", &[session.as_bytes(), text.as_bytes()])
             });
@@ -532,11 +549,13 @@ fn run_command(ctx: &Ctx, command: Command) -> Result<(), ApiError> {
                 last = v["lastSequence"].clone();
             }
             if !ctx.json {
-                println!(
-                    "appended sequences {} to {}",
-                    first.unwrap_or(Value::Null),
-                    last
-                );
+                let first = first.unwrap_or(Value::Null);
+                match (before, last.as_u64()) {
+                    (Some(b), Some(l)) if l <= b => println!(
+                        "already appended as sequences {first} to {last}: nothing new (a repeat of the same events)"
+                    ),
+                    _ => println!("appended sequences {first} to {last}"),
+                }
             }
         }
         Command::History {
@@ -565,6 +584,9 @@ fn run_command(ctx: &Ctx, command: Command) -> Result<(), ApiError> {
                 if after.is_null() {
                     break;
                 }
+            }
+            if !ctx.json && !after.is_null() {
+                println!("(more rows: --all shows every one, --limit N the next N)");
             }
         }
         Command::Search {
