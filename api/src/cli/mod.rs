@@ -629,6 +629,7 @@ fn run_command(ctx: &Ctx, command: Command) -> Result<(), ApiError> {
         } => {
             let mut after = Value::Null;
             let mut stdout = io::stdout().lock();
+            let mut ends_line = true;
             loop {
                 let v = ctx.call(
                     "source",
@@ -640,11 +641,19 @@ fn run_command(ctx: &Ctx, command: Command) -> Result<(), ApiError> {
                 } else {
                     let text = show::contents(v["text"].as_str().unwrap_or(""));
                     let _ = stdout.write_all(text.as_bytes());
+                    if !text.is_empty() {
+                        ends_line = text.ends_with('\n');
+                    }
                 }
                 after = v["nextAfter"].clone();
                 if after.is_null() {
                     break;
                 }
+            }
+            // On a terminal the prompt starts on a line of its own; into a pipe or file the
+            // field stays exact.
+            if !ctx.json && !ends_line && std::io::IsTerminal::is_terminal(&stdout) {
+                let _ = writeln!(stdout);
             }
         }
         Command::Fork {
