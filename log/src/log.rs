@@ -592,18 +592,34 @@ fn create_segment_with(
     Ok((f, path, file_end))
 }
 
-/// Frames of a new log's first batch (segment 0, from the header's end on; the durable mark
-/// is the header), checked as `append` checks a batch, and their Locations.
-fn encode_first_batch(batch: &[Record<'_>]) -> Result<(Vec<u8>, Vec<Location>), LogError> {
-    let mut frames = Vec::new();
-    let mut locations = Vec::with_capacity(batch.len());
-    for (i, r) in batch.iter().enumerate() {
+/// The bytes `batch` takes as frames, after checking each record and the whole against
+/// [`RECORD_PAYLOAD_BYTES_MAX`] and [`BATCH_BYTES_MAX`] (the same checks for `append` and a
+/// new log's first batch).
+fn checked_batch_len(batch: &[Record<'_>]) -> Result<u64, LogError> {
+    let mut batch_len = 0u64;
+    for r in batch {
         if r.payload.len() as u64 > RECORD_PAYLOAD_BYTES_MAX {
             return Err(LogError::invalid(format!(
                 "record payload of {} bytes exceeds RECORD_PAYLOAD_BYTES_MAX ({RECORD_PAYLOAD_BYTES_MAX})",
                 r.payload.len()
             )));
         }
+        batch_len += FRAME_HEADER_BYTES + r.payload.len() as u64;
+    }
+    if batch_len > BATCH_BYTES_MAX {
+        return Err(LogError::invalid(format!(
+            "batch of {batch_len} bytes exceeds BATCH_BYTES_MAX ({BATCH_BYTES_MAX})"
+        )));
+    }
+    Ok(batch_len)
+}
+
+/// Frames of a new log's first batch (segment 0, from the header's end on; the durable mark
+/// is the header), checked as `append` checks a batch, and their Locations.
+fn encode_first_batch(batch: &[Record<'_>]) -> Result<(Vec<u8>, Vec<Location>), LogError> {
+    let mut frames = Vec::with_capacity(checked_batch_len(batch)? as usize);
+    let mut locations = Vec::with_capacity(batch.len());
+    for (i, r) in batch.iter().enumerate() {
         let offset = HEADER_BYTES + frames.len() as u64;
         locations.push(Location { segment: 0, offset });
         let last = i + 1 == batch.len();
@@ -616,12 +632,6 @@ fn encode_first_batch(batch: &[Record<'_>]) -> Result<(Vec<u8>, Vec<Location>), 
             HEADER_BYTES,
             r.payload,
         );
-    }
-    if frames.len() as u64 > BATCH_BYTES_MAX {
-        return Err(LogError::invalid(format!(
-            "batch of {} bytes exceeds BATCH_BYTES_MAX ({BATCH_BYTES_MAX})",
-            frames.len()
-        )));
     }
     Ok((frames, locations))
 }
@@ -1513,21 +1523,7 @@ impl Shared {
         if batch.is_empty() {
             return Err(LogError::invalid("a batch needs at least one record"));
         }
-        let mut batch_len = 0u64;
-        for r in batch {
-            if r.payload.len() as u64 > RECORD_PAYLOAD_BYTES_MAX {
-                return Err(LogError::invalid(format!(
-                    "record payload of {} bytes exceeds RECORD_PAYLOAD_BYTES_MAX ({RECORD_PAYLOAD_BYTES_MAX})",
-                    r.payload.len()
-                )));
-            }
-            batch_len += FRAME_HEADER_BYTES + r.payload.len() as u64;
-        }
-        if batch_len > BATCH_BYTES_MAX {
-            return Err(LogError::invalid(format!(
-                "batch of {batch_len} bytes exceeds BATCH_BYTES_MAX ({BATCH_BYTES_MAX})"
-            )));
-        }
+        let batch_len = checked_batch_len(batch)?;
         let mut w = lock(&self.writer);
         if let Some(cause) = &w.poisoned {
             return Err(LogError::Poisoned {
