@@ -507,6 +507,8 @@ impl Root {
             appended?;
             // Committed: the record is the fork, its receipt and its base.
             failpoint("committed");
+            let summary = Arc::new(crate::catalog::Summary::created_now());
+            sh.journal.record(&new_id, 0, &summary);
             reg.sessions.insert(
                 new_id.clone(),
                 Entry {
@@ -514,7 +516,7 @@ impl Root {
                     branch: Some(branch.clone()),
                     layered: true,
                     slot: Default::default(),
-                    summary: Arc::new(crate::catalog::Summary::created_now()),
+                    summary,
                 },
             );
             drop(reg);

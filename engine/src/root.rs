@@ -45,7 +45,7 @@ pub const INDEX_SYNC_INTERVAL: Duration = Duration::from_millis(250);
 const HEADER_FILE: &str = "logbook.root";
 const LOCK_FILE: &str = "lock";
 const ROOT_LOG_DIR: &str = "root-log";
-const SESSIONS_DIR: &str = "sessions";
+pub(crate) const SESSIONS_DIR: &str = "sessions";
 const STAGING_PREFIX: &str = ".staging-";
 
 /// How a Root is opened.
@@ -213,6 +213,8 @@ pub(crate) struct Shared {
     open_max: AtomicUsize,
     pub(crate) blobs: BlobStore,
     pub(crate) ids: IdGen,
+    /// Commits and new Sessions in order, for Root-wide searches (see `crate::journal`).
+    pub(crate) journal: Arc<crate::journal::Journal>,
     /// Fork receipts, diagnostics logs and patch storage (see `crate::fork`).
     pub(crate) extras: crate::fork::Extras,
     stop: Mutex<bool>,
@@ -269,6 +271,11 @@ impl IdGen {
             seed: h.finalize().into(),
             counter: AtomicU64::new(0),
         }
+    }
+
+    /// A number that tells this open of the Root from every other.
+    fn epoch(&self) -> u64 {
+        u64::from_le_bytes(self.seed[24..32].try_into().expect("8 bytes"))
     }
 
     pub(crate) fn next(&self, prefix: &str) -> String {
@@ -584,9 +591,11 @@ impl Root {
             }
         }
         let open_max = options.open_sessions_max.max(1);
+        let ids = IdGen::new(dir);
         let shared = Arc::new(Shared {
             dir: dir.to_owned(),
-            ids: IdGen::new(dir),
+            journal: Arc::new(crate::journal::Journal::new(ids.epoch())),
+            ids,
             blobs: BlobStore::new(dir),
             block_cache: logbook_log::BlockCache::new(options.block_cache_bytes),
             sessions_sync: crate::fsutil::SharedDirSync::default(),
@@ -720,6 +729,8 @@ impl Root {
             lock(&sh.synced_closed).insert(id.clone());
             reg.receipts
                 .insert(p.operation.clone(), (params, id.clone()));
+            let summary = Arc::new(Summary::created_now());
+            sh.journal.record(&id, 0, &summary);
             reg.sessions.insert(
                 id.clone(),
                 Entry {
@@ -727,7 +738,7 @@ impl Root {
                     branch: None,
                     layered: false,
                     slot: Arc::default(),
-                    summary: Arc::new(Summary::created_now()),
+                    summary,
                 },
             );
         }
@@ -1187,6 +1198,15 @@ impl Root {
         sh.with_descriptors(|| sh.session(&p.session_id)?.search(&p))
     }
 
+    /// Literal search over every Session of the Root (or a scope), newest first, under one
+    /// fence for all its pages; bounded work per page; follow `nextAfter` until null.
+    pub fn search_root(
+        &self,
+        p: crate::search::SearchRootParams,
+    ) -> Result<crate::search::SearchRootPage, EngineError> {
+        crate::search::search_root(&self.shared, &p)
+    }
+
     /// Ends every wait, for a server whose input has ended: each `watch` and
     /// `watchDiagnostics` in progress answers now, and each later one at once, with exactly
     /// what it would answer at its timeout (the current state). There is no undoing it;
@@ -1605,7 +1625,10 @@ impl Shared {
         }
         // It opened: no longer damaged. Appends mark its last activity in the catalog.
         *lock(&summary.damage) = None;
-        let _ = s.activity.set(summary);
+        let _ = s.activity.set(crate::journal::Activity {
+            summary,
+            journal: Arc::clone(&self.journal),
+        });
         if let Some(c) = &s.cut {
             self.options.progress.notice(&c.to_string());
             lock(&self.cuts).push(c.clone());

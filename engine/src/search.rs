@@ -19,10 +19,16 @@
 
 mod cursor;
 mod index;
+mod root;
 
 pub use cursor::SEARCH_CURSOR_VERSION;
 pub(crate) use index::SearchIndex;
 pub use index::SEARCH_DIR;
+pub(crate) use root::search_root;
+pub use root::{
+    RootHit, SearchRootPage, SearchRootParams, SearchScope, SEARCH_ROOT_CURSOR_VERSION,
+    SEARCH_ROOT_SESSIONS_PER_PAGE_MAX,
+};
 
 use crate::error::EngineError;
 use crate::event::RowSource;

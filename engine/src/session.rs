@@ -425,8 +425,9 @@ pub(crate) struct Session {
     search_on_search: AtomicBool,
     /// The torn tail this open cut from the log, if any (reported by the Root, never silent).
     pub(crate) cut: Option<crate::params::CutNote>,
-    /// The Root's catalog entry of this Session: appends mark its last activity.
-    pub(crate) activity: std::sync::OnceLock<Arc<crate::catalog::Summary>>,
+    /// The Root's catalog entry of this Session and its change journal: commits are
+    /// journaled and mark the last activity.
+    pub(crate) activity: std::sync::OnceLock<crate::journal::Activity>,
     /// Serialises index syncs and checkpoints (never taken by readers or mutations).
     sync: Mutex<SyncMark>,
     /// Log payload bytes appended since open, counting the tail replayed at open: the
@@ -1245,6 +1246,11 @@ impl Session {
             inner.index_receipt(locs[n], m.operation);
             end_row = inner.row_count();
             self.appended_bytes.fetch_add(batch_bytes, Ordering::AcqRel);
+            // Journaled before the index lock is released, so no reader sees the commit
+            // without it being journaled (see `crate::journal`).
+            if let Some(a) = self.activity.get() {
+                a.committed(&self.id, first);
+            }
         }
         let sizes: Vec<usize> = events.iter().map(|p| p.payload().len()).collect();
         let events: Vec<Arc<Event>> = events.into_iter().map(|p| Arc::new(p.event)).collect();
@@ -1265,9 +1271,6 @@ impl Session {
             }
         }
         self.dirty.store(true, Ordering::Release);
-        if let Some(a) = self.activity.get() {
-            a.touch();
-        }
         let last = first + n as u64 - 1;
         *self.revision.lock().unwrap_or_else(|p| p.into_inner()) = last.max(first - 1);
         self.appended.notify_all();
