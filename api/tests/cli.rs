@@ -389,3 +389,73 @@ fn errors_quote_at_most_a_few_hundred_bytes_of_the_input() {
     assert!(message.len() < 1200, "{} bytes", message.len());
     assert!(message.contains("cut: the message was"), "{message}");
 }
+
+#[test]
+fn search_all_finds_every_session_newest_first_with_the_match_marked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    for (id, text) in [
+        ("older", "an older needle"),
+        ("newer", "a newer Needle, and 日本 needle"),
+    ] {
+        assert!(logbook(&root, &["new", "--id", id]).status.success());
+        let o = logbook(&root, &["send", id, text]);
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let o = logbook(&root, &["title", "older", "needle work"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = logbook(&root, &["search", "--all", "needle"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let lines: Vec<&str> = out.lines().collect();
+    // The Session changed last comes first; its title heads its hits.
+    assert!(lines[0].starts_with("older  needle work"), "{out}");
+    assert!(
+        lines[1].contains("title") && lines[1].contains("«needle» work"),
+        "{out}"
+    );
+    assert!(
+        out.contains("«needle»") && out.contains("«Needle»"),
+        "{out}"
+    );
+    assert!(out.contains("日本 «needle»"), "{out}");
+    let total = 4;
+    assert!(out.ends_with(&format!("{total} hit(s)\n")), "{out}");
+
+    let o = logbook(
+        &root,
+        &["--json", "search", "--all", "needle", "--case-sensitive"],
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    let hits = v["hits"].as_array().unwrap();
+    assert!(hits
+        .iter()
+        .all(|h| h["sessionId"].is_string() && h["field"].is_string()));
+    assert_eq!(hits.len(), total - 1, "{v}");
+
+    let o = logbook(
+        &root,
+        &[
+            "search",
+            "--all",
+            "needle",
+            "--since",
+            "1h",
+            "--max-hits",
+            "1",
+        ],
+    );
+    assert!(stdout(&o).ends_with("1 hit(s)\n"), "{}", stdout(&o));
+    let o = logbook(
+        &root,
+        &["search", "--all", "needle", "--since", "last tuesday"],
+    );
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("activeSince"), "{}", stderr(&o));
+    let o = logbook(
+        &root,
+        &["search", "--all", "needle", "--workspace", "/nowhere"],
+    );
+    assert!(stdout(&o).ends_with("0 hit(s)\n"), "{}", stdout(&o));
+}

@@ -164,11 +164,17 @@ mod tests {
         assert_eq!((a.first_sequence, a.previous_last_ms), (3, before));
         assert_eq!(b.expect("b was made after").first_sequence, 0);
         assert_eq!(c, None);
-        assert!(j.view(fence + 10, |_| ()).is_none(), "a fence from the future");
+        assert!(
+            j.view(fence + 10, |_| ()).is_none(),
+            "a fence from the future"
+        );
         for _ in 0..JOURNAL_CHANGES_MAX {
             j.record("c", 9, &s);
         }
-        assert!(j.view(fence, |_| ()).is_none(), "changes after the fence were dropped");
+        assert!(
+            j.view(fence, |_| ()).is_none(),
+            "changes after the fence were dropped"
+        );
         assert!(j.view(j.fence(), |_| ()).is_some());
     }
 }

@@ -93,7 +93,11 @@ impl World {
 
     fn any(&self, rng: &mut Rng) -> String {
         let n = self.model.len() as u64;
-        self.model.keys().nth(rng.below(n) as usize).unwrap().clone()
+        self.model
+            .keys()
+            .nth(rng.below(n) as usize)
+            .unwrap()
+            .clone()
     }
 
     fn append(&mut self, rng: &mut Rng) {
@@ -191,13 +195,20 @@ impl World {
             .model
             .iter()
             .filter(|(id, m)| {
-                q.scope.session_ids.as_ref().is_none_or(|ids| ids.contains(id))
-                    && q.scope.workspace.as_ref().is_none_or(|w| m.workspace.as_ref() == Some(w))
+                q.scope
+                    .session_ids
+                    .as_ref()
+                    .is_none_or(|ids| ids.contains(id))
+                    && q.scope
+                        .workspace
+                        .as_ref()
+                        .is_none_or(|w| m.workspace.as_ref() == Some(w))
                     && q.since.is_none_or(|t| last[id.as_str()] >= t)
             })
             .collect();
         order.sort_by(|a, b| {
-            (std::cmp::Reverse(last[a.0.as_str()]), a.0).cmp(&(std::cmp::Reverse(last[b.0.as_str()]), b.0))
+            (std::cmp::Reverse(last[a.0.as_str()]), a.0)
+                .cmp(&(std::cmp::Reverse(last[b.0.as_str()]), b.0))
         });
         let matcher = Matcher::new(&q.query, q.case_sensitive, q.whole_word);
         let mut found = Vec::new();
@@ -262,12 +273,7 @@ fn random_query(w: &World, rng: &mut Rng) -> Query {
     let mut scope = SearchScope::default();
     let mut since = None;
     if rng.chance(20) {
-        let ids: Vec<String> = w
-            .model
-            .keys()
-            .filter(|_| rng.chance(40))
-            .cloned()
-            .collect();
+        let ids: Vec<String> = w.model.keys().filter(|_| rng.chance(40)).cloned().collect();
         scope.session_ids = Some(ids);
     }
     if rng.chance(20) {
@@ -293,13 +299,19 @@ fn run(seed: u64) {
     let mut rng = Rng(seed | 1);
     let options = RootOptions {
         durability: Durability::NoSyncBulkImport,
+        index_sync_interval: std::time::Duration::from_secs(3600),
         segment_bytes_max: 1 << (12 + rng.below(4)),
         search_indexing: if rng.chance(50) {
             SearchIndexing::OnSearch
         } else {
             SearchIndexing::OnAppend
         },
-        open_sessions_max: 2 + rng.below(6) as usize,
+        // Now and then a cache far smaller than the Root, so pages close and reopen Sessions.
+        open_sessions_max: if rng.chance(25) {
+            2 + rng.below(6) as usize
+        } else {
+            OPEN_SESSIONS_MAX
+        },
         ..RootOptions::default()
     };
     let mut w = World {
@@ -378,7 +390,7 @@ fn search_root_pages_match_the_model_while_the_root_changes() {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_nanos() as u64;
-    let runs: u64 = std::env::var("SEARCH_ROOT_RUNS").map_or(12, |s| s.parse().unwrap());
+    let runs: u64 = std::env::var("SEARCH_ROOT_RUNS").map_or(6, |s| s.parse().unwrap());
     for i in 0..runs {
         let seed = base.wrapping_add(i.wrapping_mul(0x9E37_79B9_7F4A_7C15));
         eprintln!("searchRoot model seed {seed}");

@@ -112,15 +112,28 @@ enum Command {
         #[arg(long)]
         all: bool,
     },
-    /// Search a Session's history for a literal text.
+    /// Search a Session's history for a literal text (SESSION QUERY), or every Session of
+    /// the Root (--all QUERY), newest first.
     Search {
-        /// The Session id.
-        session: String,
-        /// The literal text to find.
-        query: String,
-        /// Match case exactly (default: Unicode simple case folding).
+        /// SESSION QUERY: the Session id and the literal text to find; with --all, QUERY alone.
+        #[arg(required = true, num_args = 1..=2, value_names = ["SESSION", "QUERY"])]
+        words: Vec<String>,
+        /// Search every Session of the Root (newest activity first), not one.
         #[arg(long)]
+        all: bool,
+        /// With --all: only Sessions of this workspace (the exact path they were made with).
+        #[arg(long, requires = "all")]
+        workspace: Option<String>,
+        /// With --all: only Sessions active since this time: RFC 3339 (2026-12-05T07:40:00Z)
+        /// or a span back from now (30m, 12h, 7d, 2w).
+        #[arg(long, requires = "all")]
+        since: Option<String>,
+        /// Match case exactly (default: Unicode simple case folding).
+        #[arg(long, conflicts_with = "ignore_case")]
         case_sensitive: bool,
+        /// Fold case (Unicode simple case folding): the default, said explicitly.
+        #[arg(long)]
+        ignore_case: bool,
         /// Only matches that are whole words.
         #[arg(long)]
         whole_word: bool,
@@ -590,13 +603,38 @@ fn run_command(ctx: &Ctx, command: Command) -> Result<(), ApiError> {
             }
         }
         Command::Search {
-            session,
-            query,
+            words,
+            all,
+            workspace,
+            since,
             case_sensitive,
+            ignore_case: _,
             whole_word,
             through,
             max_hits,
         } => {
+            if all {
+                let [query] = <[String; 1]>::try_from(words).map_err(|_| {
+                    ApiError::invalid("search --all takes one QUERY and no Session")
+                })?;
+                if through.is_some() {
+                    return Err(ApiError::invalid(
+                        "--through names a revision of one Session; search --all takes none",
+                    ));
+                }
+                let since = since.as_deref().map(since_time).transpose()?;
+                return search_all(
+                    ctx,
+                    &query,
+                    case_sensitive,
+                    whole_word,
+                    workspace,
+                    since,
+                    max_hits,
+                );
+            }
+            let [session, query] = <[String; 2]>::try_from(words)
+                .map_err(|_| ApiError::invalid("search takes SESSION QUERY, or --all QUERY"))?;
             let mut after = Value::Null;
             let mut through = through.map(Value::from).unwrap_or(Value::Null);
             let mut hits = 0usize;
@@ -793,6 +831,76 @@ fn run_command(ctx: &Ctx, command: Command) -> Result<(), ApiError> {
         }
     }
     Ok(())
+}
+
+/// `search --all`: `searchRoot` pages until `max_hits` hits or the end.
+fn search_all(
+    ctx: &Ctx,
+    query: &str,
+    case_sensitive: bool,
+    whole_word: bool,
+    workspace: Option<String>,
+    since: Option<String>,
+    max_hits: usize,
+) -> Result<(), ApiError> {
+    let scope = json!({"workspace": workspace, "activeSince": since});
+    let mut after = Value::Null;
+    let mut hits = 0usize;
+    let mut last_session = String::new();
+    while hits < max_hits {
+        let limit = (max_hits - hits).min(logbook_engine::SEARCH_HITS_MAX as usize);
+        let v = ctx.call(
+            "searchRoot",
+            json!({"query": query, "caseSensitive": case_sensitive, "wholeWord": whole_word,
+                   "scope": scope, "after": after, "limit": limit}),
+        )?;
+        let n = v["hits"].as_array().map_or(0, Vec::len);
+        hits += n;
+        // Pages without hits (work bounded per page) print nothing.
+        if ctx.json {
+            if n > 0 || v["nextAfter"].is_null() {
+                println!("{v}");
+            }
+        } else {
+            show::root_hits(ctx, &v, &mut last_session);
+        }
+        after = v["nextAfter"].clone();
+        if after.is_null() {
+            break;
+        }
+    }
+    if !ctx.json {
+        println!("{hits} hit(s)");
+    }
+    Ok(())
+}
+
+/// `--since`: an RFC 3339 time as it is, or a span back from now (`30m`, `12h`, `7d`, `2w`)
+/// as the RFC 3339 time it names.
+fn since_time(text: &str) -> Result<String, ApiError> {
+    let unit = |c: char| match c {
+        's' => Some(1_000u64),
+        'm' => Some(60_000),
+        'h' => Some(3_600_000),
+        'd' => Some(86_400_000),
+        'w' => Some(604_800_000),
+        _ => None,
+    };
+    let span = text
+        .char_indices()
+        .last()
+        .and_then(|(i, c)| Some((text[..i].parse::<u64>().ok()?, unit(c)?)))
+        .and_then(|(n, u)| n.checked_mul(u));
+    match span {
+        Some(span) => {
+            let now = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
+            Ok(show::rfc3339(now.saturating_sub(span)))
+        }
+        // Anything else goes to the server as it is, which names what is wrong with it.
+        None => Ok(text.to_owned()),
+    }
 }
 
 fn cat(ctx: &Ctx, session: &str, path: &str) -> Result<(), ApiError> {

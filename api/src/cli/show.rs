@@ -97,9 +97,24 @@ pub fn sessions(v: &Value) {
 
 /// `YYYY-MM-DD HH:MM` (UTC) of milliseconds since the Unix epoch.
 fn utc_minute(ms: u64) -> String {
+    let (year, month, day, h, m, _) = civil(ms);
+    format!("{year:04}-{month:02}-{day:02} {h:02}:{m:02}")
+}
+
+/// RFC 3339 (UTC, milliseconds) of milliseconds since the Unix epoch.
+pub fn rfc3339(ms: u64) -> String {
+    let (year, month, day, h, m, sec) = civil(ms);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{sec:02}.{:03}Z",
+        ms % 1000
+    )
+}
+
+/// Year, month, day, hour, minute, second (UTC) of milliseconds since the Unix epoch, in the
+/// proleptic Gregorian calendar.
+fn civil(ms: u64) -> (i64, i64, i64, u64, u64, u64) {
     let secs = ms / 1000;
     let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Civil date from days since 1970-01-01 (the proleptic Gregorian calendar).
     let z = days as i64 + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z - era * 146_097;
@@ -109,11 +124,7 @@ fn utc_minute(ms: u64) -> String {
     let day = doy - (153 * mp + 2) / 5 + 1;
     let month = if mp < 10 { mp + 3 } else { mp - 9 };
     let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}",
-        rem / 3600,
-        rem % 3600 / 60
-    )
+    (year, month, day, rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
 fn human_bytes(b: u64) -> String {
@@ -190,31 +201,112 @@ pub fn rows(v: &Value) {
 pub fn hits(ctx: &Ctx, session: &str, v: &Value) {
     for hit in v["hits"].as_array().into_iter().flatten() {
         let pos = &hit["position"];
-        let (start, end) = (
-            hit["start"].as_u64().unwrap_or(0),
-            hit["end"].as_u64().unwrap_or(0),
-        );
-        let context = ctx
-            .call(
-                "source",
-                serde_json::json!({"sessionId": session, "through": v["through"], "position": pos,
-                                   "field": hit["field"], "after": start.saturating_sub(40),
-                                   "limit": (end - start) + 80}),
-            )
-            .ok()
-            .and_then(|s| s["text"].as_str().map(|t| t.replace('\n', " ")))
-            .unwrap_or_default();
-        let context: String = context.chars().take(120).collect();
         println!(
-            "{:>6}.{:<3} {:<9} {:>6}..{:<6} …{}…",
+            "{:>6}.{:<3} {:<9} {}",
             pos["sourceSequence"],
             pos["itemIndex"],
             hit["field"].as_str().unwrap_or(""),
-            start,
-            end,
-            printable(&context, false)
+            snippet(ctx, session, hit)
         );
     }
+}
+
+/// `searchRoot` hits: one line each, naming the Session (and its title when it changes from
+/// the line before), the row, the field and a snippet with the match marked.
+pub fn root_hits(ctx: &Ctx, v: &Value, last_session: &mut String) {
+    for hit in v["hits"].as_array().into_iter().flatten() {
+        let session = hit["sessionId"].as_str().unwrap_or("");
+        if session != last_session {
+            let title = ctx
+                .host
+                .root()
+                .session_info(session)
+                .ok()
+                .and_then(|i| i.title)
+                .map_or("(untitled)".into(), |t| printable(&t, false).into_owned());
+            println!("{}  {title}", printable(session, false));
+            session.clone_into(last_session);
+        }
+        let pos = &hit["position"];
+        println!(
+            "  {:>6}.{:<3} {:<9} {}",
+            pos["sourceSequence"],
+            pos["itemIndex"],
+            hit["field"].as_str().unwrap_or(""),
+            snippet(ctx, session, hit)
+        );
+    }
+}
+
+/// Bytes of context shown on each side of a match.
+const SNIPPET_CONTEXT_BYTES: u64 = 48;
+
+/// The text around a hit on one line, the match marked: reverse video on a terminal (unless
+/// `NO_COLOR` is set), else `«` and `»`.
+fn snippet(ctx: &Ctx, session: &str, hit: &Value) -> String {
+    let (start, end) = (
+        hit["start"].as_u64().unwrap_or(0),
+        hit["end"].as_u64().unwrap_or(0),
+    );
+    let pos = &hit["position"];
+    let field = hit["field"].as_str().unwrap_or("");
+    // Byte ranges of the field, read with `source` (a title with the event that set it).
+    let read = |from: u64, len: u64| -> Option<String> {
+        if field == "title" {
+            let seq = pos["sourceSequence"].as_u64()?;
+            let logbook_engine::Event::TitleSet(t) =
+                ctx.host.root().read_event(session, seq).ok()?
+            else {
+                return None;
+            };
+            let from = usize::try_from(from).ok()?;
+            let to = usize::try_from(from as u64 + len).ok()?.min(t.title.len());
+            return t.title.get(from..to).map(str::to_owned);
+        }
+        let v = ctx
+            .call(
+                "source",
+                serde_json::json!({"sessionId": session, "through": null, "position": pos,
+                                   "field": field, "after": from, "limit": len}),
+            )
+            .ok()?;
+        v["text"].as_str().map(str::to_owned)
+    };
+    // `source` starts on a character boundary; one of four byte offsets in a row is one.
+    let before = (0..4)
+        .filter_map(|back| {
+            let from = start.saturating_sub(SNIPPET_CONTEXT_BYTES + back);
+            read(from, start - from)
+        })
+        .next()
+        .unwrap_or_default();
+    let (matched, after) = match read(start, end - start + SNIPPET_CONTEXT_BYTES) {
+        Some(t) => {
+            let cut = ((end - start) as usize).min(t.len());
+            let cut = (cut..=t.len())
+                .find(|&i| t.is_char_boundary(i))
+                .unwrap_or(t.len());
+            (t[..cut].to_owned(), t[cut..].to_owned())
+        }
+        None => (String::new(), String::new()),
+    };
+    let line = |t: &str| printable(&t.replace(['\n', '\r', '\t'], " "), false).into_owned();
+    let (open, close) = if marks_in_color() {
+        ("\x1b[7m", "\x1b[0m")
+    } else {
+        ("«", "»")
+    };
+    format!(
+        "…{}{open}{}{close}{}…",
+        line(&before),
+        line(&matched),
+        line(&after)
+    )
+}
+
+fn marks_in_color() -> bool {
+    use std::io::IsTerminal as _;
+    std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none()
 }
 
 pub fn entries(v: &Value) {
@@ -274,6 +366,10 @@ mod tests {
         // 2026-12-04 22:10:48 UTC
         assert_eq!(super::utc_minute(1_796_422_248_000), "2026-12-04 22:10");
         assert_eq!(super::utc_minute(951_782_400_000), "2000-02-29 00:00");
+        assert_eq!(
+            super::rfc3339(1_796_422_248_007),
+            "2026-12-04T22:10:48.007Z"
+        );
         assert_eq!(super::human_bytes(1023), "1023 B");
         assert_eq!(super::human_bytes(16 << 10), "16.0 KiB");
     }

@@ -42,7 +42,9 @@
 //! `invalid_argument`: start the search again.
 
 use super::{row_entry, Page, Plan, CANDIDATE_BATCH};
-use super::{SEARCH_HITS_DEFAULT, SEARCH_HITS_MAX, SEARCH_PAGE_LOOKUPS_MAX, SEARCH_QUERY_BYTES_MAX};
+use super::{
+    SEARCH_HITS_DEFAULT, SEARCH_HITS_MAX, SEARCH_PAGE_LOOKUPS_MAX, SEARCH_QUERY_BYTES_MAX,
+};
 use crate::error::EngineError;
 use crate::journal::Journal;
 use crate::params::Position;
@@ -426,7 +428,11 @@ pub(crate) fn search_root(
     };
     let fence = cursor.as_ref().map_or_else(|| journal.fence(), |c| c.fence);
     let listed = sessions_in_scope(sh, &scope, since_ms, fence, cursor.as_ref())?;
-    let matcher = Matcher::new(&p.query, p.case_sensitive.unwrap_or(false), p.whole_word.unwrap_or(false));
+    let matcher = Matcher::new(
+        &p.query,
+        p.case_sensitive.unwrap_or(false),
+        p.whole_word.unwrap_or(false),
+    );
     let plan = Plan::new(&p.query, &matcher);
     let named = scope.session_ids.is_some();
     let mut budget = Budget {
@@ -463,7 +469,8 @@ pub(crate) fn search_root(
             _ => resumed.map_or(0, |c| c.through),
         };
         let before = hits.len();
-        let walked = session.search_back(&matcher, &plan, through, resume, &mut budget, &mut hits)?;
+        let walked =
+            session.search_back(&matcher, &plan, through, resume, &mut budget, &mut hits)?;
         for h in &mut hits[before..] {
             h.session_id.clone_from(&s.id);
         }
@@ -644,7 +651,9 @@ impl Session {
             .filter(|(s, _)| *s <= through)
             .collect();
         let bad = |what: &str| {
-            bad_cursor(&format!("names {what} beyond the Session's fence {through}"))
+            bad_cursor(&format!(
+                "names {what} beyond the Session's fence {through}"
+            ))
         };
         // Titles `[..t]` and rows `..=hi` remain, besides the resume point's own remainder.
         let (t, mut hi, mut at_row, at_title) = match resume {
@@ -820,13 +829,26 @@ mod tests {
     fn rfc3339_times() {
         assert_eq!(parse_rfc3339_ms("1970-01-01T00:00:00Z"), Some(0));
         assert_eq!(parse_rfc3339_ms("1970-01-01T00:00:01.5Z"), Some(1500));
-        assert_eq!(parse_rfc3339_ms("2026-12-05T07:40:00Z"), Some(1_796_456_400_000));
+        assert_eq!(
+            parse_rfc3339_ms("2026-12-05T07:40:00Z"),
+            Some(1_796_456_400_000)
+        );
         assert_eq!(
             parse_rfc3339_ms("2026-12-05T08:40:00+01:00"),
             Some(1_796_456_400_000)
         );
-        assert_eq!(parse_rfc3339_ms("2000-02-29T12:00:00.123456-00:30"), Some(951_829_200_123 + 1_800_000));
-        for bad in ["", "2026-12-05", "2026-13-05T07:40:00Z", "2026-12-05T07:40:00", "2026-12-05T07:40:00+0100", "x026-12-05T07:40:00Z"] {
+        assert_eq!(
+            parse_rfc3339_ms("2000-02-29T12:00:00.123456-00:30"),
+            Some(951_827_400_123)
+        );
+        for bad in [
+            "",
+            "2026-12-05",
+            "2026-13-05T07:40:00Z",
+            "2026-12-05T07:40:00",
+            "2026-12-05T07:40:00+0100",
+            "x026-12-05T07:40:00Z",
+        ] {
             assert_eq!(parse_rfc3339_ms(bad), None, "{bad}");
         }
     }
