@@ -21,6 +21,7 @@
 //! | 24+P | 4 | CRC-32 of bytes 0..24+P |
 
 use crate::error::EngineError;
+use crate::search::TrigramFilter;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,7 +29,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Magic bytes of the catalog snapshot.
 pub const CATALOG_MAGIC: [u8; 8] = *b"LBCATLG\0";
 /// Version of the catalog snapshot file.
-pub const CATALOG_FORMAT_VERSION: u32 = 1;
+pub const CATALOG_FORMAT_VERSION: u32 = 2;
 /// The snapshot's file name in the Root directory.
 pub(crate) const CATALOG_FILE: &str = "catalog.snap";
 const CATALOG_HEADER_BYTES: usize = 24;
@@ -56,6 +57,9 @@ pub(crate) struct Summary {
     /// Set when the Session failed to open (cleared when it opens): a listing shows it, and
     /// tries the open again instead of trusting `detail`.
     pub damage: std::sync::Mutex<Option<crate::params::DamageNote>>,
+    /// The Session's trigram filter as of its current revision, when built (a commit clears
+    /// it): a Root-wide search skips the Session when the filter rules a query out.
+    pub filter: std::sync::Mutex<Option<std::sync::Arc<TrigramFilter>>>,
 }
 
 /// The snapshot form of a [`Summary`].
@@ -64,6 +68,7 @@ pub(crate) struct Saved {
     pub created_ms: u64,
     pub last_ms: u64,
     pub detail: Option<Detail>,
+    pub filter: Option<TrigramFilter>,
 }
 
 impl Summary {
@@ -73,6 +78,11 @@ impl Summary {
             last_ms: AtomicU64::new(s.last_ms),
             detail: std::sync::Mutex::new(s.detail),
             damage: std::sync::Mutex::default(),
+            filter: std::sync::Mutex::new(
+                s.filter
+                    .and_then(TrigramFilter::checked)
+                    .map(std::sync::Arc::new),
+            ),
         }
     }
 
@@ -84,6 +94,7 @@ impl Summary {
             last_ms: AtomicU64::new(now),
             detail: std::sync::Mutex::default(),
             damage: std::sync::Mutex::default(),
+            filter: std::sync::Mutex::default(),
         }
     }
 
@@ -107,6 +118,12 @@ impl Summary {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .clone(),
+            filter: self
+                .filter
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_deref()
+                .cloned(),
         }
     }
 
@@ -254,6 +271,7 @@ mod tests {
                     title: Some("t é".into()),
                     bytes: 4096,
                 }),
+                filter: Some(TrigramFilter::build(3, |add| add(0x61_6263))),
             },
         )];
         save(dir.path(), &entries).expect("save");

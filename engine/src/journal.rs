@@ -57,6 +57,12 @@ impl Activity {
     /// Records a commit whose first sequence is `first` and marks the Session's last
     /// activity; called with the Session's index write-locked.
     pub(crate) fn committed(&self, session_id: &str, first: u64) {
+        // The filter no longer covers the Session (see `crate::search::filter`).
+        *self
+            .summary
+            .filter
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = None;
         self.journal.record(session_id, first, &self.summary);
     }
 }

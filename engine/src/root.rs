@@ -1825,6 +1825,7 @@ impl Drop for Root {
         // index the active segment again.
         let pairs_min = self.shared.options.search_tail_save_pairs_min;
         for s in self.shared.open_sessions() {
+            s.refresh_filter_if_indexed();
             s.search.save_tail(&s, pairs_min);
         }
         // The listing facts go to the catalog snapshot, read back by the next open.

@@ -18,10 +18,13 @@
 //! offset to resume at, so a row with more hits than `limit` continues on the next page.
 
 mod cursor;
+mod filter;
 mod index;
 mod root;
 
 pub use cursor::SEARCH_CURSOR_VERSION;
+pub(crate) use filter::TrigramFilter;
+pub use filter::{FILTER_BITS_MAX, FILTER_BITS_MIN};
 pub(crate) use index::SearchIndex;
 pub use index::SEARCH_DIR;
 pub(crate) use root::search_root;
@@ -106,7 +109,7 @@ pub struct SearchPage {
 }
 
 /// Which docs a postings source must return for the query.
-enum Plan {
+pub(crate) enum Plan {
     /// Folded query of 3+ bytes: docs holding all its trigrams.
     AllOf(Vec<u32>),
     /// Folded query of 2 bytes `b1 b2`: docs holding any trigram `? b1 b2` or `b1 b2 ?`

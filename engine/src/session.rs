@@ -879,6 +879,7 @@ impl Session {
     /// log, so what fails is rebuilt by that open.
     pub(crate) fn close(&self, search_tail_save_pairs_min: u64) {
         let _ = self.sync_indexes(Checkpoint::Close);
+        self.refresh_filter_if_indexed();
         self.search.save_tail(self, search_tail_save_pairs_min);
     }
 

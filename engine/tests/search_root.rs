@@ -364,6 +364,14 @@ fn run(seed: u64) {
                     w.mutate(&mut rng);
                 }
             }
+            if got.len() != expected.len() {
+                let first = got.iter().zip(&expected).position(|(g, e)| g != e);
+                eprintln!(
+                    "first difference at {first:?}: got {:?} expected {:?}",
+                    first.and_then(|i| got.get(i)),
+                    first.and_then(|i| expected.get(i))
+                );
+            }
             assert_eq!(
                 got.len(),
                 expected.len(),

@@ -77,6 +77,22 @@ impl Sealed {
     }
 }
 
+impl Sealed {
+    /// Calls `f` with every trigram of the segment's rows; damage is an error.
+    pub(crate) fn for_each_trigram(
+        &self,
+        f: &mut dyn FnMut(u32),
+    ) -> Result<(), logbook_index::IndexError> {
+        match &self.postings {
+            SealedPostings::File(file) => file.for_each_trigram(f),
+            SealedPostings::Memory(b) => {
+                b.for_each_trigram(f);
+                Ok(())
+            }
+        }
+    }
+}
+
 /// The active segment's postings.
 pub(crate) struct Tail {
     /// The log segment the builder covers.
@@ -119,6 +135,18 @@ impl Tail {
             out.extend(self.builder.candidates(trigrams, from, limit - out.len()));
         }
         Ok(out)
+    }
+
+    /// Calls `f` with every trigram of the covered rows of this segment; damage is an error.
+    pub(crate) fn for_each_trigram(
+        &self,
+        f: &mut dyn FnMut(u32),
+    ) -> Result<(), logbook_index::IndexError> {
+        if let Some(b) = &self.base {
+            b.file.for_each_trigram(&mut *f)?;
+        }
+        self.builder.for_each_trigram(f);
+        Ok(())
     }
 
     /// Marks the base damaged and deletes its file (the map stays readable until dropped).
@@ -323,6 +351,19 @@ pub(crate) struct FoldBuf {
     bytes: Vec<u8>,
 }
 
+impl FoldBuf {
+    /// The bytes a field is indexed as: its folded text between two [`FIELD_EDGE`] bytes.
+    pub(crate) fn field(&mut self, text: &str) -> &[u8] {
+        self.text.clear();
+        fold_into(text, &mut self.text);
+        self.bytes.clear();
+        self.bytes.push(FIELD_EDGE);
+        self.bytes.extend_from_slice(self.text.as_bytes());
+        self.bytes.push(FIELD_EDGE);
+        &self.bytes
+    }
+}
+
 /// Adds the searchable fields of one row; at least one `add` per row so every row is a doc.
 fn add_fields<'t>(
     batch: &mut PostingsBatch<'_>,
@@ -335,13 +376,7 @@ fn add_fields<'t>(
         if !is_searchable(name) {
             continue;
         }
-        fold.text.clear();
-        fold_into(text, &mut fold.text);
-        fold.bytes.clear();
-        fold.bytes.push(FIELD_EDGE);
-        fold.bytes.extend_from_slice(fold.text.as_bytes());
-        fold.bytes.push(FIELD_EDGE);
-        batch.add(doc, &fold.bytes);
+        batch.add(doc, fold.field(text));
         added = true;
     }
     if !added {
@@ -905,6 +940,19 @@ impl Shared {
 
     /// Blocks until the worker has indexed every queued job. Finished segments' postings
     /// may still be being written: until then they are served from memory.
+    /// Runs `f` with the tail when one is loaded and covers every row (nothing is loaded or
+    /// indexed for it).
+    pub(crate) fn with_loaded_tail(&self, session: &Session, f: impl FnOnce(&Inner, &Tail)) {
+        self.wait_idle();
+        let guard = self.tail.read().unwrap_or_else(|p| p.into_inner());
+        if let Some(t) = guard.as_ref() {
+            let inner = session.read();
+            if t.covered >= inner.row_count() && !t.is_damaged() {
+                f(&inner, t);
+            }
+        }
+    }
+
     pub(crate) fn wait_idle(&self) {
         let mut q = self.queue_lock();
         while q.busy || !q.jobs.is_empty() {

@@ -41,7 +41,7 @@
 //! pages outlived [`crate::journal::JOURNAL_CHANGES_MAX`] commits is refused with
 //! `invalid_argument`: start the search again.
 
-use super::{row_entry, Page, Plan, CANDIDATE_BATCH};
+use super::{row_entry, Page, Plan, TrigramFilter, CANDIDATE_BATCH};
 use super::{
     SEARCH_HITS_DEFAULT, SEARCH_HITS_MAX, SEARCH_PAGE_LOOKUPS_MAX, SEARCH_QUERY_BYTES_MAX,
 };
@@ -427,13 +427,13 @@ pub(crate) fn search_root(
         }
     };
     let fence = cursor.as_ref().map_or_else(|| journal.fence(), |c| c.fence);
-    let listed = sessions_in_scope(sh, &scope, since_ms, fence, cursor.as_ref())?;
     let matcher = Matcher::new(
         &p.query,
         p.case_sensitive.unwrap_or(false),
         p.whole_word.unwrap_or(false),
     );
     let plan = Plan::new(&p.query, &matcher);
+    let listed = sessions_in_scope(sh, &scope, since_ms, fence, cursor.as_ref(), &plan)?;
     let named = scope.session_ids.is_some();
     let mut budget = Budget {
         hits_left: limit as usize,
@@ -518,6 +518,7 @@ fn sessions_in_scope(
     since_ms: Option<u64>,
     fence: u64,
     cursor: Option<&Cursor>,
+    plan: &Plan,
 ) -> Result<Vec<Listed>, EngineError> {
     let entries: Vec<(String, Arc<crate::catalog::Summary>)> = {
         let reg = lock(&sh.registry);
@@ -562,7 +563,16 @@ fn sessions_in_scope(
                     let last_ms = match v.first_change_after(&id) {
                         Some(c) if c.first_sequence == 0 => return None,
                         Some(c) => c.previous_last_ms,
-                        None => s.last_ms.load(Ordering::Acquire),
+                        None => {
+                            // Unchanged since the fence: a filter it has covers it as of the
+                            // fence (a commit clears it before it is journaled).
+                            let ruled_out =
+                                lock(&s.filter).as_ref().is_some_and(|f| !f.may_match(plan));
+                            if ruled_out {
+                                return None;
+                            }
+                            s.last_ms.load(Ordering::Acquire)
+                        }
                     };
                     Some(Listed { last_ms, id })
                 })
@@ -746,6 +756,11 @@ impl Session {
         budget.rows_examined = page.rows_examined;
         budget.bytes_examined = page.bytes_examined;
         budget.lookups = lookups;
+        if matches!(walked, Walked::Done) {
+            // Built while the index is read-locked, so no commit lands between the build
+            // and the catalog taking it.
+            self.refresh_filter(&inner, tail)?;
+        }
         // Merge the title hits in at the places they were found.
         let mut out = Vec::with_capacity(page.hits.len() + titles.hits.len());
         let row_hit = |h: super::SearchHit| RootHit {
@@ -775,6 +790,84 @@ impl Session {
         budget.hits_left -= out.len();
         hits.extend(out);
         Ok(walked)
+    }
+
+    /// [`Session::refresh_filter`] when the search tail is loaded and caught up (at close:
+    /// a filter costs no log reads then). Best effort: without one, searches open it.
+    pub(crate) fn refresh_filter_if_indexed(&self) {
+        self.search.with_loaded_tail(self, |inner, tail| {
+            let _ = self.refresh_filter(inner, tail);
+        });
+    }
+
+    /// Builds this Session's trigram filter for its current revision when its catalog entry
+    /// has none. `tail` must cover every row (as after `SearchIndex::ready`).
+    pub(crate) fn refresh_filter(
+        &self,
+        inner: &crate::session::Inner,
+        tail: &super::Tail,
+    ) -> Result<(), EngineError> {
+        let Some(activity) = self.activity.get() else {
+            return Ok(());
+        };
+        let revision = inner.state.revision;
+        let fresh = lock(&activity.summary.filter)
+            .as_ref()
+            .is_some_and(|f| f.revision == revision);
+        if fresh || tail.covered < inner.row_count() {
+            return Ok(());
+        }
+        // A layered fork's rows through its fence are its source's: the source's filter
+        // (of the fence or later) stands for them, or none can be built yet.
+        let base = match &inner.base {
+            None => None,
+            Some(b) => {
+                let f = b
+                    .session
+                    .activity
+                    .get()
+                    .and_then(|a| lock(&a.summary.filter).clone());
+                match f {
+                    Some(f) if f.revision >= b.through => Some(f),
+                    _ => return Ok(()),
+                }
+            }
+        };
+        let mut sealed = Vec::new();
+        let mut row = inner.row_base();
+        while row < tail.first_row {
+            let seg = super::segment_of_row(self, inner, row)?;
+            let s = self.search.sealed(self, inner, seg, false)?;
+            row = s.end_row.max(row + 1);
+            sealed.push((seg, s));
+        }
+        let mut damaged = None;
+        let mut filter = TrigramFilter::build(revision, |add| {
+            for (seg, s) in &sealed {
+                if s.for_each_trigram(&mut *add).is_err() {
+                    damaged = Some(*seg);
+                    return;
+                }
+            }
+            if tail.for_each_trigram(&mut *add).is_err() {
+                tail.base_damaged();
+                damaged = Some(tail.segment);
+            }
+            // Titles are searched too, and are in no postings: their trigrams as a field's.
+            let mut fold = super::index::FoldBuf::default();
+            for (_, title) in &inner.state.titles {
+                logbook_index::for_each_trigram(fold.field(title), &mut *add);
+            }
+        });
+        if damaged.is_some() {
+            // Rebuilt from the log by the next search that reads them; no filter meanwhile.
+            return Ok(());
+        }
+        if let Some(b) = base {
+            filter.union(&b);
+        }
+        *lock(&activity.summary.filter) = Some(Arc::new(filter));
+        Ok(())
     }
 
     /// The candidates of the postings source holding row `top`, from its first row up to

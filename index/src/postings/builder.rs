@@ -303,6 +303,13 @@ impl PostingsBuilder {
         self.all_docs.count
     }
 
+    /// Calls `f` with every distinct trigram seen, in no particular order.
+    pub fn for_each_trigram(&self, mut f: impl FnMut(u32)) {
+        for (key, _) in &self.lists {
+            f(*key);
+        }
+    }
+
     /// Number of distinct trigrams seen.
     pub fn trigram_count(&self) -> usize {
         self.lists.len()

@@ -344,6 +344,22 @@ impl PostingsFile {
         &self.path
     }
 
+    /// Calls `f` with every trigram that has a list, ascending (the all-docs list is not a
+    /// trigram). Each directory chunk's checksum is checked first; damage is an error.
+    pub fn for_each_trigram(&self, mut f: impl FnMut(u32)) -> Result<(), IndexError> {
+        let chunks = self.chunk_table().len() / CHUNK_BYTES;
+        for k in 0..chunks {
+            let chunk = self.chunk(k)?;
+            for i in 0..chunk.len() / ENTRY_BYTES {
+                let key = le32(chunk, i * ENTRY_BYTES);
+                if key <= super::TRIGRAM_MAX {
+                    f(key);
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Number of directory entries (distinct trigrams, plus one for the all-docs list).
     pub fn entry_count(&self) -> usize {
         self.entries

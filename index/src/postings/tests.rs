@@ -78,6 +78,15 @@ fn builder_and_file_agree_with_the_model() {
         let (b, m) = random_corpus(&mut rng, docs, alphabet);
         let file = PostingsFile::from_bytes(b.to_bytes().unwrap()).unwrap();
         file.verify().unwrap();
+        // Both list exactly the model's trigrams, the file in ascending order.
+        let all: BTreeSet<u32> = m.docs.iter().flat_map(|d| d.1.iter().copied()).collect();
+        let mut from_builder = Vec::new();
+        b.for_each_trigram(|t| from_builder.push(t));
+        from_builder.sort_unstable();
+        assert_eq!(from_builder, all.iter().copied().collect::<Vec<_>>());
+        let mut from_file = Vec::new();
+        file.for_each_trigram(|t| from_file.push(t)).unwrap();
+        assert_eq!(from_file, from_builder);
         let max_doc = m.docs.last().map_or(0, |d| d.0);
         for q in queries(&mut rng, &m, alphabet) {
             for (from, limit) in [
