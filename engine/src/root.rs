@@ -69,7 +69,7 @@ pub struct RootOptions {
     /// A Session's search postings of its active log segment are saved when the Root
     /// closes if they hold at least this many (trigram, row) pairs, so that the first
     /// search after the next open indexes only the rows appended since. Smaller ones are
-    /// rebuilt from the log by that search (quick: about 3 MB of text at the default).
+    /// rebuilt from the log by that search (quick: about 50 KB of text at the default).
     pub search_tail_save_pairs_min: u64,
     /// Most Sessions kept open at once: past it, opening one more first closes the least
     /// recently used idle ones (see [`open_sessions_budget`]). The default follows the
@@ -126,7 +126,7 @@ pub fn open_sessions_budget() -> usize {
 }
 
 /// Default [`RootOptions::search_tail_save_pairs_min`].
-pub const SEARCH_TAIL_SAVE_PAIRS_MIN: u64 = 1 << 20;
+pub const SEARCH_TAIL_SAVE_PAIRS_MIN: u64 = 1 << 14;
 
 /// When appended rows enter a Session's search index (the index is derived either way, and a
 /// search always sees every row under its fence).
@@ -1849,7 +1849,14 @@ impl Drop for Root {
 impl Root {
     /// True when Session `id` is open now (listing it then costs no open).
     fn is_open(&self, id: &str) -> bool {
-        let slot = match lock(&self.shared.registry).sessions.get(id) {
+        self.shared.is_open(id)
+    }
+}
+
+impl Shared {
+    /// True when Session `id` is open now (using it costs no open).
+    pub(crate) fn is_open(&self, id: &str) -> bool {
+        let slot = match lock(&self.registry).sessions.get(id) {
             Some(e) => Arc::clone(&e.slot),
             None => return false,
         };

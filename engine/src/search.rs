@@ -30,7 +30,7 @@ pub use index::SEARCH_DIR;
 pub(crate) use root::search_root;
 pub use root::{
     RootHit, SearchRootPage, SearchRootParams, SearchScope, SEARCH_ROOT_CURSOR_VERSION,
-    SEARCH_ROOT_SESSIONS_PER_PAGE_MAX,
+    SEARCH_ROOT_OPENS_PER_PAGE_MAX, SEARCH_ROOT_SESSIONS_PER_PAGE_MAX,
 };
 
 use crate::error::EngineError;

@@ -461,3 +461,82 @@ fn bad_requests_are_invalid_argument() {
         ErrorKind::InvalidArgument
     );
 }
+
+/// After a restart, a search opens only the Sessions whose filters let the query through.
+#[test]
+fn a_search_after_a_restart_opens_only_the_sessions_that_may_match() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = RootOptions {
+        durability: Durability::NoSyncBulkImport,
+        ..RootOptions::default()
+    };
+    let mut w = World {
+        root: Some(Root::open_or_init_with(dir.path(), options.clone()).unwrap()),
+        model: BTreeMap::new(),
+        ops: 0,
+    };
+    for i in 0..40 {
+        w.create(&mut Rng(1));
+        let id = format!("s{i:03}");
+        let text = if i == 17 {
+            "the tombstone stays".to_owned()
+        } else {
+            format!("ordinary words number {i} and a needle")
+        };
+        let events: Vec<Event> = serde_json::from_value(serde_json::json!([
+            {"kind": "userMessage", "invocation": "i", "text": text, "attachments": []},
+            {"kind": "turnSettled", "invocation": "i", "outcome": "completed"},
+        ]))
+        .unwrap();
+        w.root()
+            .append(AppendParams {
+                session_id: id,
+                operation: "a".into(),
+                events,
+            })
+            .unwrap();
+    }
+    drop(w.root.take());
+    let root = Root::open_or_init_with(dir.path(), options).unwrap();
+    assert_eq!(root.open_session_count(), 0);
+    let page = root
+        .search_root(SearchRootParams {
+            query: "Tombstone".into(),
+            case_sensitive: None,
+            whole_word: None,
+            scope: None,
+            after: None,
+            limit: None,
+        })
+        .unwrap();
+    assert_eq!(page.hits.len(), 1);
+    assert_eq!(page.hits[0].session_id, "s017");
+    assert_eq!(page.next_after, None);
+    assert_eq!(
+        root.open_session_count(),
+        1,
+        "only the Session that may match was opened"
+    );
+    // A query every Session may match opens them all, a few per page, and they all answer.
+    let (mut hits, mut pages, mut after) = (0, 0, None);
+    loop {
+        let page = root
+            .search_root(SearchRootParams {
+                query: "needle".into(),
+                case_sensitive: None,
+                whole_word: None,
+                scope: None,
+                after,
+                limit: Some(1024),
+            })
+            .unwrap();
+        hits += page.hits.len();
+        pages += 1;
+        after = page.next_after;
+        if after.is_none() {
+            break;
+        }
+    }
+    assert_eq!(hits, 39);
+    assert!(pages >= 39 / SEARCH_ROOT_OPENS_PER_PAGE_MAX, "{pages} pages");
+}

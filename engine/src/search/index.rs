@@ -601,7 +601,10 @@ impl SearchIndex {
             *guard = None;
             return;
         };
-        let written = std::fs::create_dir_all(&self.dir).is_ok() && all.write(&path).is_ok();
+        // Unsynced: it is checked (header, checksums, doc list, the row it ends at) when read
+        // back, and a damaged base found by a lookup is dropped, so a crash costs a rebuild.
+        let written =
+            std::fs::create_dir_all(&self.dir).is_ok() && all.write_unsynced(&path).is_ok();
         t.builder = all;
         if !written {
             return;

@@ -11,8 +11,9 @@
 //! searched as the field `title` at the position of its `titleSet` event.
 //!
 //! Each page does bounded work: the per-Session search's row, byte and lookup budgets, over
-//! all the Sessions the page visits, and at most [`SEARCH_ROOT_SESSIONS_PER_PAGE_MAX`]
-//! Sessions. A page may end with no hits and a cursor.
+//! all the Sessions the page visits, at most [`SEARCH_ROOT_SESSIONS_PER_PAGE_MAX`]
+//! Sessions, of which at most [`SEARCH_ROOT_OPENS_PER_PAGE_MAX`] were not open. A page may
+//! end with no hits and a cursor.
 //!
 //! A Session that cannot be opened (damaged) is skipped unless the scope names it, in which
 //! case the search fails with its error; the listing reports its damage.
@@ -62,6 +63,8 @@ use std::sync::Arc;
 pub const SEARCH_ROOT_CURSOR_VERSION: u8 = 1;
 /// Most Sessions one `searchRoot` page visits.
 pub const SEARCH_ROOT_SESSIONS_PER_PAGE_MAX: usize = 64;
+/// Most Sessions one `searchRoot` page opens (the others it visits are open already).
+pub const SEARCH_ROOT_OPENS_PER_PAGE_MAX: usize = 8;
 const MAGIC: u8 = b'R';
 const ID_BYTES_MAX: usize = crate::validate::ID_BYTES_MAX;
 
@@ -443,15 +446,23 @@ pub(crate) fn search_root(
     };
     let mut hits = Vec::new();
     let mut stopped = None;
+    let mut opens = 0;
     for (i, s) in listed.iter().enumerate() {
         let resumed = cursor
             .as_ref()
             .filter(|c| c.session_id == s.id && c.last_ms == s.last_ms && i == 0);
         let resume = resumed.map_or(Resume::Start, |c| c.resume);
-        if i == SEARCH_ROOT_SESSIONS_PER_PAGE_MAX || spent(&budget) || budget.hits_left == 0 {
+        let opening = !sh.is_open(&s.id);
+        let opened_enough = opening && opens == SEARCH_ROOT_OPENS_PER_PAGE_MAX;
+        if i == SEARCH_ROOT_SESSIONS_PER_PAGE_MAX
+            || opened_enough
+            || spent(&budget)
+            || budget.hits_left == 0
+        {
             stopped = Some((s, 0, Resume::Start));
             break;
         }
+        opens += usize::from(opening);
         let session = match sh.with_descriptors(|| sh.session(&s.id)) {
             Ok(session) => session,
             Err(e) if named => return Err(e),

@@ -440,4 +440,12 @@ impl PostingsBuilder {
         let bytes = self.to_bytes()?;
         crate::fsutil::write_atomic(path, &[&bytes])
     }
+
+    /// Writes the postings file through a temporary file renamed over `path`, with no fsync:
+    /// for a file that is checked when read and rebuilt when missing or damaged, where a
+    /// crash may leave the old file, the new one (whole or damaged), or none.
+    pub fn write_unsynced(&self, path: &Path) -> Result<(), IndexError> {
+        let bytes = self.to_bytes()?;
+        crate::fsutil::write_replace_unsynced(path, &[&bytes])
+    }
 }
