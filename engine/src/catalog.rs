@@ -127,6 +127,11 @@ impl Summary {
         }
     }
 
+    /// True when a time is not known yet (see [`Summary::fill_times`]).
+    pub(crate) fn times_unknown(&self) -> bool {
+        self.last_ms.load(Ordering::Acquire) == 0 || self.created_ms.load(Ordering::Acquire) == 0
+    }
+
     /// Fills unknown times from the Session's log files: the oldest segment file's creation
     /// (or modification) time and the newest one's modification time.
     pub(crate) fn fill_times(&self, session_dir: &Path) {

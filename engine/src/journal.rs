@@ -134,6 +134,11 @@ pub(crate) struct View<'a> {
 }
 
 impl View<'_> {
+    /// True when nothing changed after the fence.
+    pub(crate) fn is_quiet(&self) -> bool {
+        self.state.stamp == self.fence
+    }
+
     /// The Session's first change after the fence, if any.
     pub(crate) fn first_change_after(&self, session_id: &str) -> Option<Change> {
         let q = self.state.by_session.get(session_id)?;

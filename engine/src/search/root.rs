@@ -531,47 +531,51 @@ fn sessions_in_scope(
     cursor: Option<&Cursor>,
     plan: &Plan,
 ) -> Result<Vec<Listed>, EngineError> {
-    let entries: Vec<(String, Arc<crate::catalog::Summary>)> = {
-        let reg = lock(&sh.registry);
-        let mut out = Vec::new();
-        match &scope.session_ids {
-            Some(ids) => {
-                let mut ids: Vec<&String> = ids.iter().collect();
-                ids.sort();
-                ids.dedup();
-                for id in ids {
-                    let e = reg.sessions.get(id.as_str()).ok_or_else(|| {
-                        EngineError::invalid(format!(
-                            "scope.sessionIds names {:?}, which is not a Session of this Root",
-                            shown(id)
-                        ))
-                    })?;
-                    if scope.workspace.is_none() || e.workspace == scope.workspace {
-                        out.push((id.clone(), Arc::clone(&e.summary)));
-                    }
-                }
-            }
-            None => {
-                for (id, e) in &reg.sessions {
-                    if scope.workspace.is_none() || e.workspace == scope.workspace {
-                        out.push((id.clone(), Arc::clone(&e.summary)));
-                    }
-                }
+    let reg = lock(&sh.registry);
+    let mut entries: Vec<(&String, &crate::root::Entry)> = Vec::new();
+    match &scope.session_ids {
+        Some(ids) => {
+            let mut ids: Vec<&String> = ids.iter().collect();
+            ids.sort();
+            ids.dedup();
+            for id in ids {
+                let (id, e) = reg.sessions.get_key_value(id.as_str()).ok_or_else(|| {
+                    EngineError::invalid(format!(
+                        "scope.sessionIds names {:?}, which is not a Session of this Root",
+                        shown(id)
+                    ))
+                })?;
+                entries.push((id, e));
             }
         }
-        out
-    };
-    let sessions_dir = sh.dir.join(SESSIONS_DIR);
-    for (id, s) in &entries {
-        s.fill_times(&sessions_dir.join(id));
+        None => entries.extend(reg.sessions.iter()),
     }
+    if scope.workspace.is_some() {
+        entries.retain(|(_, e)| e.workspace == scope.workspace);
+    }
+    let sessions_dir = sh.dir.join(SESSIONS_DIR);
+    for (id, e) in &entries {
+        if e.summary.times_unknown() {
+            e.summary.fill_times(&sessions_dir.join(id));
+        }
+    }
+    let at = cursor.map(|c| (Reverse(c.last_ms), c.session_id.as_str()));
+    // The registry stays locked (no Session is made meanwhile) while the journal is read;
+    // only the Sessions that remain are copied out.
     let mut listed: Vec<Listed> = sh
         .journal
         .view(fence, |v| {
+            let quiet = v.is_quiet();
             entries
-                .into_iter()
-                .filter_map(|(id, s)| {
-                    let last_ms = match v.first_change_after(&id) {
+                .iter()
+                .filter_map(|(id, e)| {
+                    let s = &e.summary;
+                    let change = if quiet {
+                        None
+                    } else {
+                        v.first_change_after(id)
+                    };
+                    let last_ms = match change {
                         Some(c) if c.first_sequence == 0 => return None,
                         Some(c) => c.previous_last_ms,
                         None => {
@@ -585,16 +589,18 @@ fn sessions_in_scope(
                             s.last_ms.load(Ordering::Acquire)
                         }
                     };
-                    Some(Listed { last_ms, id })
+                    let before_cursor = at.is_some_and(|at| (Reverse(last_ms), id.as_str()) < at);
+                    let too_old = since_ms.is_some_and(|t| last_ms < t);
+                    (!before_cursor && !too_old).then(|| Listed {
+                        last_ms,
+                        id: (*id).clone(),
+                    })
                 })
-                .filter(|l| since_ms.is_none_or(|t| l.last_ms >= t))
                 .collect()
         })
         .ok_or_else(expired)?;
-    if let Some(c) = cursor {
-        let at = (Reverse(c.last_ms), c.session_id.as_str());
-        listed.retain(|l| l.key() >= at);
-    }
+    drop(entries);
+    drop(reg);
     let keep = SEARCH_ROOT_SESSIONS_PER_PAGE_MAX + 1;
     if listed.len() > keep {
         listed.select_nth_unstable_by(keep - 1, |a, b| a.key().cmp(&b.key()));
