@@ -1826,7 +1826,7 @@ impl Drop for Root {
         let pairs_min = self.shared.options.search_tail_save_pairs_min;
         for s in self.shared.open_sessions() {
             s.refresh_filter_if_indexed();
-            s.search.save_tail(&s, pairs_min);
+            s.search.save_tail(&s, pairs_min, true);
         }
         // The listing facts go to the catalog snapshot, read back by the next open.
         let ids: Vec<String> = lock(&self.shared.registry)

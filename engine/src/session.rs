@@ -880,7 +880,8 @@ impl Session {
     pub(crate) fn close(&self, search_tail_save_pairs_min: u64) {
         let _ = self.sync_indexes(Checkpoint::Close);
         self.refresh_filter_if_indexed();
-        self.search.save_tail(self, search_tail_save_pairs_min);
+        self.search
+            .save_tail(self, search_tail_save_pairs_min, false);
     }
 
     /// Whether everything appended to the Session's log is durable (so a reopen of it by

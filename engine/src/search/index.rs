@@ -568,9 +568,10 @@ impl SearchIndex {
     }
 
     /// Saves the tail for the next open when it holds at least `pairs_min` (trigram, doc)
-    /// pairs (see the module documentation). Called when the Root closes; best effort: a
-    /// tail that cannot be saved is rebuilt from the log later.
-    pub(crate) fn save_tail(&self, session: &Session, pairs_min: u64) {
+    /// pairs (see the module documentation). Called when the Session closes (`may_sync`:
+    /// the log may be synced for it, as when the Root closes); best effort: a tail that
+    /// cannot be saved is rebuilt from the log later.
+    pub(crate) fn save_tail(&self, session: &Session, pairs_min: u64, may_sync: bool) {
         self.wait_idle();
         let mut guard = self.tail.write().unwrap_or_else(|p| p.into_inner());
         let Some(t) = guard.as_mut() else {
@@ -585,8 +586,16 @@ impl SearchIndex {
         let Some(last) = session.read().row(t.covered - 1) else {
             return;
         };
-        // The rows the file covers must be durable: a later open trusts them as logged.
-        if session.log().sync().is_err() {
+        // The rows the file covers must be durable: a later open trusts them as logged. When
+        // the open-Session cache closes a Session (`may_sync` false) the tail is saved only
+        // if they are already (durable appends, or a close that synced the log for its
+        // checkpoint): each closing Session of a bulk import would pay a sync otherwise.
+        let durable = if may_sync {
+            session.log().sync().is_ok()
+        } else {
+            session.log().fully_synced()
+        };
+        if !durable {
             return;
         }
         let saved = SavedTail {
