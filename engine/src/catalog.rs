@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Magic bytes of the catalog snapshot.
 pub const CATALOG_MAGIC: [u8; 8] = *b"LBCATLG\0";
 /// Version of the catalog snapshot file.
-pub const CATALOG_FORMAT_VERSION: u32 = 2;
+pub const CATALOG_FORMAT_VERSION: u32 = 3;
 /// The snapshot's file name in the Root directory.
 pub(crate) const CATALOG_FILE: &str = "catalog.snap";
 const CATALOG_HEADER_BYTES: usize = 24;

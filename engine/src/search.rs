@@ -114,7 +114,7 @@ pub(crate) enum Plan {
     AllOf(Vec<u32>),
     /// Folded query of 2 bytes `b1 b2`: docs holding any trigram `? b1 b2` or `b1 b2 ?`
     /// (every field is indexed between edge bytes, so each 2-byte run has one).
-    AnyOf(Vec<u32>),
+    AnyOf { keys: Vec<u32>, pair: u16 },
     /// Folded query of 1 byte: every doc (a bounded scan).
     Every,
 }
@@ -133,7 +133,10 @@ impl Plan {
                     .collect();
                 keys.sort_unstable();
                 keys.dedup();
-                Plan::AnyOf(keys)
+                Plan::AnyOf {
+                    keys,
+                    pair: u16::from_be_bytes([b1, b2]),
+                }
             }
             _ => Plan::Every,
         }
@@ -149,7 +152,7 @@ impl Plan {
         match self {
             Plan::AllOf(t) => lookup(t, from_doc, CANDIDATE_BATCH),
             Plan::Every => lookup(&[], from_doc, CANDIDATE_BATCH),
-            Plan::AnyOf(keys) => {
+            Plan::AnyOf { keys, .. } => {
                 // The union's first BATCH docs are among each list's first BATCH docs.
                 let mut all = Vec::new();
                 for k in keys {

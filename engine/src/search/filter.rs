@@ -1,11 +1,12 @@
 //! A Session's trigram filter: which trigrams its rows may hold, so that a Root-wide search
 //! skips a Session that cannot match without opening it.
 //!
-//! A bit set of `2^log2_bits` bits, one bit per trigram (the top bits of a multiplicative
-//! hash of the trigram), built from the distinct trigrams of the Session's postings (finished
+//! A bit set of `2^log2_bits` bits, one bit per trigram and one per byte pair (the top bits
+//! of a multiplicative hash of the trigram, or of `0x0100_0000 | pair` for each of the two
+//! byte pairs in a trigram), built from the distinct trigrams of the Session's postings (finished
 //! segments' files, the active tail, and a layered fork's source through its fence). A set
 //! bit means "may be present", a clear one "absent": a query's plan that needs a trigram
-//! whose bit is clear cannot match. It is sized to about 4 to 8 bits per distinct trigram
+//! (or, for a 2-byte query, its pair) whose bit is clear cannot match. It is sized to about 4 to 8 bits per distinct trigram
 //! (at least [`FILTER_BITS_MIN`], at most [`FILTER_BITS_MAX`]), built at the largest size
 //! and folded down (bits `2i` and `2i + 1` become bit `i`), so no trigram is lost by the
 //! folding. It covers the Session up to `revision`; a commit makes it stale.
@@ -27,6 +28,11 @@ pub(crate) struct TrigramFilter {
     bits: Vec<u8>,
 }
 
+/// The key a byte pair is set under: outside the 24-bit trigram space.
+fn pair_key(pair: u16) -> u32 {
+    0x0100_0000 | u32::from(pair)
+}
+
 fn slot(trigram: u32, log2_bits: u32) -> usize {
     ((u64::from(trigram).wrapping_mul(0x9E37_79B9_7F4A_7C15)) >> (64 - log2_bits)) as usize
 }
@@ -38,15 +44,19 @@ impl TrigramFilter {
         each(&mut |t| keys.push(t));
         // Sized for the count with repeats (at least the distinct count), then folded to
         // what the bits set ask for.
-        let want = (keys.len() as u64 * 8)
+        let want = (keys.len() as u64 * 16)
             .max(1)
             .next_power_of_two()
             .trailing_zeros();
         let mut log2_bits = want.clamp(FILTER_BITS_MIN, FILTER_BITS_MAX);
         let mut bits = vec![0u8; 1 << (log2_bits - 3)];
         for t in keys {
-            let i = slot(t, log2_bits);
-            bits[i / 8] |= 1 << (i % 8);
+            // The trigram, and the two byte pairs in it (every pair of a field is in one of
+            // its trigrams, the field's edges included), for 2-byte queries.
+            for key in [t, pair_key((t >> 8) as u16), pair_key(t as u16)] {
+                let i = slot(key, log2_bits);
+                bits[i / 8] |= 1 << (i % 8);
+            }
         }
         let set: u64 = bits.iter().map(|b| u64::from(b.count_ones())).sum();
         // Fold while the half would still have 4 bits or more per trigram set.
@@ -77,7 +87,7 @@ impl TrigramFilter {
     pub(crate) fn may_match(&self, plan: &Plan) -> bool {
         match plan {
             Plan::AllOf(t) => t.iter().all(|&t| self.has(t)),
-            Plan::AnyOf(t) => t.iter().any(|&t| self.has(t)),
+            Plan::AnyOf { pair, .. } => self.has(pair_key(*pair)),
             Plan::Every => true,
         }
     }
@@ -153,6 +163,9 @@ mod tests {
             }
             assert!(f.may_match(&Plan::AllOf(present.iter().take(3).copied().collect())));
             assert!(f.may_match(&Plan::Every));
+            for &t in present.iter().take(100) {
+                assert!(f.has(pair_key((t >> 8) as u16)) && f.has(pair_key(t as u16)));
+            }
         }
         let (a, b): (Vec<u32>, Vec<u32>) = (
             (0..300).map(|_| next()).collect(),
