@@ -67,8 +67,9 @@ pub struct RootOptions {
     /// together (history pages and searches that come back to text read before).
     pub block_cache_bytes: usize,
     /// A Session's search postings of its active log segment are saved when the Root
-    /// closes if they hold at least this many (trigram, row) pairs, so that the first
-    /// search after the next open indexes only the rows appended since. Smaller ones are
+    /// closes (or the cache closes the Session and its log is synced already) if they hold
+    /// at least this many (trigram, row) pairs, so that the first search after the next
+    /// open indexes only the rows appended since. Smaller ones are
     /// rebuilt from the log by that search (quick: about 50 KB of text at the default).
     pub search_tail_save_pairs_min: u64,
     /// Most Sessions kept open at once: past it, opening one more first closes the least

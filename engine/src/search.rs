@@ -108,6 +108,29 @@ pub struct SearchPage {
     pub next_after: Option<String>,
 }
 
+/// Checks a search's query and `limit` (the same rules for `search` and `searchRoot`);
+/// returns the limit.
+fn checked_query_and_limit(query: &str, limit: Option<u32>) -> Result<u32, EngineError> {
+    if query.is_empty() {
+        return Err(EngineError::invalid(
+            "query must not be empty; search needs at least one character",
+        ));
+    }
+    if query.len() > SEARCH_QUERY_BYTES_MAX {
+        return Err(EngineError::invalid(format!(
+            "query is {} bytes; at most {SEARCH_QUERY_BYTES_MAX} are allowed",
+            query.len()
+        )));
+    }
+    let limit = limit.unwrap_or(SEARCH_HITS_DEFAULT);
+    if limit == 0 || limit > SEARCH_HITS_MAX {
+        return Err(EngineError::invalid(format!(
+            "limit must be 1 to {SEARCH_HITS_MAX} hits, got {limit}"
+        )));
+    }
+    Ok(limit)
+}
+
 /// Which docs a postings source must return for the query.
 pub(crate) enum Plan {
     /// Folded query of 3+ bytes: docs holding all its trigrams.
@@ -280,23 +303,7 @@ impl Page<'_> {
 impl Session {
     pub(crate) fn search(&self, p: &SearchParams) -> Result<SearchPage, EngineError> {
         self.check_live()?;
-        if p.query.is_empty() {
-            return Err(EngineError::invalid(
-                "query must not be empty; search needs at least one character",
-            ));
-        }
-        if p.query.len() > SEARCH_QUERY_BYTES_MAX {
-            return Err(EngineError::invalid(format!(
-                "query is {} bytes; at most {SEARCH_QUERY_BYTES_MAX} are allowed",
-                p.query.len()
-            )));
-        }
-        let limit = p.limit.unwrap_or(SEARCH_HITS_DEFAULT);
-        if limit == 0 || limit > SEARCH_HITS_MAX {
-            return Err(EngineError::invalid(format!(
-                "limit must be 1 to {SEARCH_HITS_MAX} hits, got {limit}"
-            )));
-        }
+        let limit = checked_query_and_limit(&p.query, p.limit)?;
         let case_sensitive = p.case_sensitive.unwrap_or(false);
         let whole_word = p.whole_word.unwrap_or(false);
         let tail_guard = self.search.ready(self)?;

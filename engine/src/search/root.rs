@@ -42,10 +42,8 @@
 //! pages outlived [`crate::journal::JOURNAL_CHANGES_MAX`] commits is refused with
 //! `invalid_argument`: start the search again.
 
+use super::SEARCH_PAGE_LOOKUPS_MAX;
 use super::{row_entry, Page, Plan, TrigramFilter, CANDIDATE_BATCH};
-use super::{
-    SEARCH_HITS_DEFAULT, SEARCH_HITS_MAX, SEARCH_PAGE_LOOKUPS_MAX, SEARCH_QUERY_BYTES_MAX,
-};
 use crate::error::EngineError;
 use crate::journal::Journal;
 use crate::params::Position;
@@ -101,7 +99,8 @@ pub struct SearchRootParams {
     /// The previous page's `nextAfter`; null starts a new search (and fixes its fence).
     #[serde(default)]
     pub after: Option<String>,
-    /// Most hits per page: default [`SEARCH_HITS_DEFAULT`], at most [`SEARCH_HITS_MAX`].
+    /// Most hits per page: default [`SEARCH_HITS_DEFAULT`](super::SEARCH_HITS_DEFAULT), at most
+    /// [`SEARCH_HITS_MAX`](super::SEARCH_HITS_MAX).
     #[serde(default)]
     pub limit: Option<u32>,
 }
@@ -385,23 +384,7 @@ pub(crate) fn search_root(
     sh: &Shared,
     p: &SearchRootParams,
 ) -> Result<SearchRootPage, EngineError> {
-    if p.query.is_empty() {
-        return Err(EngineError::invalid(
-            "query must not be empty; search needs at least one character",
-        ));
-    }
-    if p.query.len() > SEARCH_QUERY_BYTES_MAX {
-        return Err(EngineError::invalid(format!(
-            "query is {} bytes; at most {SEARCH_QUERY_BYTES_MAX} are allowed",
-            p.query.len()
-        )));
-    }
-    let limit = p.limit.unwrap_or(SEARCH_HITS_DEFAULT);
-    if limit == 0 || limit > SEARCH_HITS_MAX {
-        return Err(EngineError::invalid(format!(
-            "limit must be 1 to {SEARCH_HITS_MAX} hits, got {limit}"
-        )));
-    }
+    let limit = super::checked_query_and_limit(&p.query, p.limit)?;
     let scope = p.scope.clone().unwrap_or_default();
     let since_ms = match &scope.active_since {
         None => None,
