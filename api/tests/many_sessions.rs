@@ -155,19 +155,17 @@ fn many_sessions_under_ulimit_256_answer_without_error() {
         open_max()
     );
     // Each open Session holds SESSION_DESCRIPTORS; the rest is the Root's and the server's.
-    let fds_max = limit_fds;
     assert!(
-        fds as u64 <= fds_max,
-        "{fds} descriptors open, want <= {fds_max}:\n{}",
+        fds as u64 <= limit_fds,
+        "{fds} descriptors open, want <= {limit_fds}:\n{}",
         open_files(pid)
     );
     // The search index worker ends when idle, so what stays is the main thread, the index
     // sync thread and, while the log keeps a sealer thread per open log, one per open Session
     // and the Root log: bounded by the cache, not by the Sessions touched.
-    let threads_max = limit_threads;
     assert!(
-        threads as u64 <= threads_max,
-        "{threads} threads, want <= {threads_max}"
+        threads as u64 <= limit_threads,
+        "{threads} threads, want <= {limit_threads}"
     );
     assert!(s.finish().success());
 }

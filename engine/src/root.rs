@@ -1835,7 +1835,7 @@ impl Drop for Root {
             .keys()
             .cloned()
             .collect();
-        for id in ids.iter().filter(|id| self.is_open(id)) {
+        for id in ids.iter().filter(|id| self.shared.is_open(id)) {
             let _ = self.session_info(id);
         }
         let saved: Vec<(String, crate::catalog::Saved)> = lock(&self.shared.registry)
@@ -1844,13 +1844,6 @@ impl Drop for Root {
             .map(|(id, e)| (id.clone(), e.summary.saved()))
             .collect();
         let _ = crate::catalog::save(&self.shared.dir, &saved);
-    }
-}
-
-impl Root {
-    /// True when Session `id` is open now (listing it then costs no open).
-    fn is_open(&self, id: &str) -> bool {
-        self.shared.is_open(id)
     }
 }
 

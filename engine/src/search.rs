@@ -220,11 +220,20 @@ struct Page<'a> {
     found: Vec<(usize, usize)>,
 }
 
+/// True when a page that verified `rows` rows and scanned `bytes` bytes of text must stop
+/// (a page always verifies at least one row).
+fn verified_enough(rows: u64, bytes: u64) -> bool {
+    rows > 0 && (rows >= SEARCH_PAGE_ROWS_EXAMINED_MAX || bytes >= SEARCH_PAGE_BYTES_EXAMINED_MAX)
+}
+
 impl Page<'_> {
     fn over_budget(&self) -> bool {
-        self.rows_examined > 0
-            && (self.rows_examined >= SEARCH_PAGE_ROWS_EXAMINED_MAX
-                || self.bytes_examined >= SEARCH_PAGE_BYTES_EXAMINED_MAX)
+        verified_enough(self.rows_examined, self.bytes_examined)
+    }
+
+    /// [`Page::over_budget`], or `lookups` postings lookups made.
+    fn out_of_work(&self, lookups: u64) -> bool {
+        lookups >= SEARCH_PAGE_LOOKUPS_MAX || self.over_budget()
     }
 
     /// Verifies row `row` from searchable field `field`, byte `offset` on. Returns where to
@@ -369,7 +378,7 @@ impl Session {
         let (mut row, mut field, mut offset) = (start.row, start.field, start.offset);
         let mut lookups = 0u64;
         while row < n {
-            if lookups >= SEARCH_PAGE_LOOKUPS_MAX || page.over_budget() {
+            if page.out_of_work(lookups) {
                 return Ok(Some(SearchCursor { row, field, offset }));
             }
             lookups += 1;

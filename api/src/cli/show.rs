@@ -200,15 +200,20 @@ pub fn rows(v: &Value) {
 
 pub fn hits(ctx: &Ctx, session: &str, v: &Value) {
     for hit in v["hits"].as_array().into_iter().flatten() {
-        let pos = &hit["position"];
-        println!(
-            "{:>6}.{:<3} {:<9} {}",
-            pos["sourceSequence"],
-            pos["itemIndex"],
-            hit["field"].as_str().unwrap_or(""),
-            snippet(ctx, session, hit)
-        );
+        println!("{}", hit_line(ctx, session, hit));
     }
+}
+
+/// One hit: its row (sequence.item), field and snippet.
+fn hit_line(ctx: &Ctx, session: &str, hit: &Value) -> String {
+    let pos = &hit["position"];
+    format!(
+        "{:>6}.{:<3} {:<9} {}",
+        pos["sourceSequence"],
+        pos["itemIndex"],
+        hit["field"].as_str().unwrap_or(""),
+        snippet(ctx, session, hit)
+    )
 }
 
 /// `searchRoot` hits: one line each, naming the Session (and its title when it changes from
@@ -227,14 +232,7 @@ pub fn root_hits(ctx: &Ctx, v: &Value, last_session: &mut String) {
             println!("{}  {title}", printable(session, false));
             session.clone_into(last_session);
         }
-        let pos = &hit["position"];
-        println!(
-            "  {:>6}.{:<3} {:<9} {}",
-            pos["sourceSequence"],
-            pos["itemIndex"],
-            hit["field"].as_str().unwrap_or(""),
-            snippet(ctx, session, hit)
-        );
+        println!("  {}", hit_line(ctx, session, hit));
     }
 }
 

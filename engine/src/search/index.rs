@@ -75,9 +75,7 @@ impl Sealed {
             SealedPostings::Memory(b) => Ok(b.candidates(trigrams, from_doc, limit)),
         }
     }
-}
 
-impl Sealed {
     /// Calls `f` with every trigram of the segment's rows; damage is an error.
     pub(crate) fn for_each_trigram(
         &self,
@@ -950,8 +948,6 @@ impl Shared {
         self.queue.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Blocks until the worker has indexed every queued job. Finished segments' postings
-    /// may still be being written: until then they are served from memory.
     /// Runs `f` with the tail when one is loaded and covers every row (nothing is loaded or
     /// indexed for it).
     pub(crate) fn with_loaded_tail(&self, session: &Session, f: impl FnOnce(&Inner, &Tail)) {
@@ -965,6 +961,8 @@ impl Shared {
         }
     }
 
+    /// Blocks until the worker has indexed every queued job. Finished segments' postings
+    /// may still be being written: until then they are served from memory.
     pub(crate) fn wait_idle(&self) {
         let mut q = self.queue_lock();
         while q.busy || !q.jobs.is_empty() {

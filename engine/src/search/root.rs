@@ -499,9 +499,7 @@ fn expired() -> EngineError {
 
 fn spent(b: &Budget) -> bool {
     b.lookups >= SEARCH_PAGE_LOOKUPS_MAX
-        || (b.rows_examined > 0
-            && (b.rows_examined >= super::SEARCH_PAGE_ROWS_EXAMINED_MAX
-                || b.bytes_examined >= super::SEARCH_PAGE_BYTES_EXAMINED_MAX))
+        || super::verified_enough(b.rows_examined, b.bytes_examined)
 }
 
 /// The Sessions in scope as of the fence, in visiting order, from the cursor's Session on
@@ -721,7 +719,7 @@ impl Session {
                     _ => (0, 0),
                 };
                 let full = page.hits.len() + titles.hits.len() >= total;
-                if full || page.over_budget() || lookups >= SEARCH_PAGE_LOOKUPS_MAX {
+                if full || page.out_of_work(lookups) {
                     break 'walk Walked::Stopped(Resume::Row {
                         row: c,
                         field,
@@ -744,7 +742,7 @@ impl Session {
                 if let Some(r) = titles.down_to(&mut page, total, Some(seq)) {
                     break 'walk Walked::Stopped(r);
                 }
-                if page.over_budget() || lookups >= SEARCH_PAGE_LOOKUPS_MAX {
+                if page.out_of_work(lookups) {
                     break 'walk Walked::Stopped(Resume::Row {
                         row: below,
                         field: 0,
@@ -839,19 +837,19 @@ impl Session {
             let seg = super::segment_of_row(self, inner, row)?;
             let s = self.search.sealed(self, inner, seg, false)?;
             row = s.end_row.max(row + 1);
-            sealed.push((seg, s));
+            sealed.push(s);
         }
-        let mut damaged = None;
+        let mut damaged = false;
         let mut filter = TrigramFilter::build(revision, |add| {
-            for (seg, s) in &sealed {
+            for s in &sealed {
                 if s.for_each_trigram(&mut *add).is_err() {
-                    damaged = Some(*seg);
+                    damaged = true;
                     return;
                 }
             }
             if tail.for_each_trigram(&mut *add).is_err() {
                 tail.base_damaged();
-                damaged = Some(tail.segment);
+                damaged = true;
             }
             // Titles are searched too, and are in no postings: their trigrams as a field's.
             let mut fold = super::index::FoldBuf::default();
@@ -859,7 +857,7 @@ impl Session {
                 logbook_index::for_each_trigram(fold.field(title), &mut *add);
             }
         });
-        if damaged.is_some() {
+        if damaged {
             // Rebuilt from the log by the next search that reads them; no filter meanwhile.
             return Ok(());
         }
