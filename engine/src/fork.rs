@@ -344,7 +344,7 @@ pub(crate) fn open_base(
     let (revision, rows) = {
         let inner = session.read();
         let rev = inner.state.revision;
-        (rev, inner.rows_through(through.min(rev)))
+        (rev, inner.rows_through(through.min(rev))?)
     };
     if revision < through {
         return Err(EngineError::corrupt(

@@ -186,7 +186,7 @@ impl Session {
         let direction = p.direction.unwrap_or_default();
         let inner = self.read();
         let through = fence(&inner, p.through)?;
-        let n = inner.rows_through(through);
+        let n = inner.rows_through(through)?;
         if p.after.is_some() && p.anchor.is_some() {
             return Err(EngineError::invalid(
                 "pass either after (a cursor) or anchor, not both",
@@ -198,10 +198,10 @@ impl Session {
             let c = HistoryCursor::decode(after, &self.id, through, direction)?;
             match direction {
                 Direction::Forward => inner
-                    .row_upper_bound(c.last.source_sequence, c.last.item_index)
+                    .row_upper_bound(c.last.source_sequence, c.last.item_index)?
                     .min(n),
                 Direction::Backward => inner
-                    .row_lower_bound(c.last.source_sequence, c.last.item_index)
+                    .row_lower_bound(c.last.source_sequence, c.last.item_index)?
                     .min(n),
             }
         } else {
@@ -211,8 +211,8 @@ impl Session {
                     Direction::Backward => n,
                 },
                 Some(Anchor::Row { position, field }) => {
-                    let i = inner.row_lower_bound(position.source_sequence, position.item_index);
-                    let entry = inner.row(i).filter(|e| {
+                    let i = inner.row_lower_bound(position.source_sequence, position.item_index)?;
+                    let entry = inner.row(i)?.filter(|e| {
                         i < n
                             && e.sequence == position.source_sequence
                             && e.item == position.item_index
@@ -250,8 +250,8 @@ impl Session {
                         )));
                     }
                     match direction {
-                        Direction::Forward => inner.row_lower_bound(*sequence, 0),
-                        Direction::Backward => inner.row_lower_bound(sequence + 1, 0).min(n),
+                        Direction::Forward => inner.row_lower_bound(*sequence, 0)?,
+                        Direction::Backward => inner.row_lower_bound(sequence + 1, 0)?.min(n),
                     }
                 }
             }
@@ -281,7 +281,7 @@ impl Session {
         match direction {
             Direction::Forward => {
                 for i in start..n {
-                    let Some(e) = inner.row(i) else {
+                    let Some(e) = inner.row(i)? else {
                         return Err(unreadable(i));
                     };
                     if !take(i, e) {
@@ -291,7 +291,7 @@ impl Session {
             }
             Direction::Backward => {
                 for i in (0..start).rev() {
-                    let Some(e) = inner.row(i) else {
+                    let Some(e) = inner.row(i)? else {
                         return Err(unreadable(i));
                     };
                     if !take(i, e) {
@@ -493,7 +493,7 @@ impl Session {
         let mut events = Vec::new();
         let mut s = after + 1;
         while s <= last {
-            let kind = inner.event_kind(s).ok_or_else(|| {
+            let kind = inner.event_kind(s)?.ok_or_else(|| {
                 EngineError::corrupt(self.dir().join("seq.idx"), format!("no kind for event {s}"))
             })?;
             events.push(WatchEvent {

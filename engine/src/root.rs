@@ -938,9 +938,12 @@ impl Root {
 
     /// Event `sequence` of a Session, as stored (NotFound beyond the revision).
     pub fn read_event(&self, session_id: &str, sequence: u64) -> Result<Event, EngineError> {
-        let s = self.session(session_id)?;
-        let inner = s.read();
-        s.event_at(&inner, sequence)
+        let sh = &self.shared;
+        sh.with_descriptors(|| {
+            let s = sh.session(session_id)?;
+            let inner = s.read();
+            s.event_at(&inner, sequence)
+        })
     }
 
     pub fn append(&self, p: AppendParams) -> Result<AppendResult, EngineError> {
@@ -1180,8 +1183,19 @@ impl Root {
         p: HistoryParams,
         each: impl FnMut(crate::RowRef<'_>),
     ) -> Result<crate::PageEnd, EngineError> {
-        // Not tried again as a whole (rows may have gone out): opening the Session is.
-        self.session(&p.session_id)?.history_each(&p, each)
+        // Not tried again once a row has gone out; before, as `history` is (an index found
+        // damaged has its Session rebuilt by the next open).
+        let (mut each, mut sent, mut rebuilt) = (each, false, false);
+        loop {
+            let s = self.session(&p.session_id)?;
+            match s.history_each(&p, |row| {
+                sent = true;
+                each(row)
+            }) {
+                Err(e) if e.is_index_damage() && !sent && !rebuilt => rebuilt = true,
+                r => return r,
+            }
+        }
     }
 
     pub fn source(&self, p: SourceParams) -> Result<SourcePage, EngineError> {
@@ -1233,7 +1247,8 @@ impl Root {
 
     /// The latest `contextPrepared` at or before the fence, or None.
     pub fn context(&self, p: ContextParams) -> Result<Option<ContextResult>, EngineError> {
-        self.session(&p.session_id)?.context(p.through)
+        let sh = &self.shared;
+        sh.with_descriptors(|| sh.session(&p.session_id)?.context(p.through))
     }
 
     /// Attachment metadata of an invocation's user message, in order.
@@ -1449,19 +1464,23 @@ impl Shared {
 
     /// Runs `f`; when it fails for want of file descriptors (EMFILE or ENFILE, also inside a
     /// log or index error), closes idle Sessions and runs it again, up to
-    /// [`DESCRIPTOR_RETRIES_MAX`] times, so that no caller sees the process's limit. `f` must
-    /// be safe to repeat: a read, an open, or a build that starts over.
+    /// [`DESCRIPTOR_RETRIES_MAX`] times, so that no caller sees the process's limit. When it
+    /// fails on an index entry that is damaged (entries are checked when read), the Session
+    /// was marked for a rebuild and `f` runs once more: its `session` call opens the Session
+    /// again with every index rebuilt from the log, so the caller gets its answer, not the
+    /// damage. `f` must be safe to repeat: a read, an open, or a build that starts over.
     pub(crate) fn with_descriptors<R>(
         &self,
         mut f: impl FnMut() -> Result<R, EngineError>,
     ) -> Result<R, EngineError> {
-        let mut tries = 0;
+        let (mut tries, mut rebuilt) = (0, false);
         loop {
             match f() {
                 Err(e) if e.is_out_of_descriptors() && tries < DESCRIPTOR_RETRIES_MAX => {
                     tries += 1;
                     self.out_of_descriptors(tries);
                 }
+                Err(e) if e.is_index_damage() && !rebuilt => rebuilt = true,
                 r => return r,
             }
         }

@@ -318,7 +318,7 @@ impl Session {
         let tail_guard = self.search.ready(self)?;
         let inner = self.read();
         let through = fence(&inner, p.through)?;
-        let n = inner.rows_through(through);
+        let n = inner.rows_through(through)?;
         let binding = Binding {
             session_id: &self.id,
             through,

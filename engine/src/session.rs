@@ -19,7 +19,7 @@ use crate::progress::{ProgressSink, ProgressUnit};
 use crate::records::{self, EventRecord, EventRecordRef, Outcome, Receipt};
 use crate::search::SearchIndex;
 use crate::state::State;
-use logbook_index::FixedIndex;
+use logbook_index::{FixedIndex, IndexError};
 use logbook_log::{Durability, Location, Log, LogConfig, Reader, Record};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
@@ -165,23 +165,35 @@ impl Inner {
     }
 
     /// Location of event `sequence` in this Session's OWN log (None for a base sequence).
-    pub(crate) fn location(&self, sequence: u64) -> Option<Location> {
-        let e = self.seq.get(sequence.checked_sub(self.seq_base() + 1)?)?;
-        Some(entry_loc(e, 0))
+    /// Every accessor below fails with the index's error when an entry it reads is damaged
+    /// (entry checksums are checked when read, not at open).
+    pub(crate) fn location(&self, sequence: u64) -> Result<Option<Location>, IndexError> {
+        let Some(i) = sequence.checked_sub(self.seq_base() + 1) else {
+            return Ok(None);
+        };
+        Ok(self.seq.get(i)?.map(|e| entry_loc(e, 0)))
     }
 
-    pub(crate) fn event_kind(&self, sequence: u64) -> Option<&'static str> {
+    pub(crate) fn event_kind(&self, sequence: u64) -> Result<Option<&'static str>, IndexError> {
         if let Some(b) = self.base_of_seq(sequence) {
             return b.session.read().event_kind(sequence);
         }
-        let e = self.seq.get(sequence.checked_sub(self.seq_base() + 1)?)?;
-        EVENT_KINDS.get(usize::from(*e.get(16)?)).copied()
+        let Some(i) = sequence.checked_sub(self.seq_base() + 1) else {
+            return Ok(None);
+        };
+        Ok(self
+            .seq
+            .get(i)?
+            .and_then(|e| EVENT_KINDS.get(usize::from(*e.get(16)?)).copied()))
     }
 
-    pub(crate) fn row(&self, ordinal: u64) -> Option<RowEntry> {
+    pub(crate) fn row(&self, ordinal: u64) -> Result<Option<RowEntry>, IndexError> {
         match &self.base {
             Some(b) if ordinal < b.rows => b.session.read().row(ordinal),
-            _ => RowEntry::decode(self.rows.get(ordinal - self.row_base())?),
+            _ => Ok(self
+                .rows
+                .get(ordinal - self.row_base())?
+                .and_then(RowEntry::decode)),
         }
     }
 
@@ -191,42 +203,54 @@ impl Inner {
     }
 
     /// Number of rows whose source sequence is `<= through`.
-    pub(crate) fn rows_through(&self, through: u64) -> u64 {
+    pub(crate) fn rows_through(&self, through: u64) -> Result<u64, IndexError> {
         if let Some(b) = self.base_of_seq(through) {
-            return b.session.read().rows_through(through).min(b.rows);
+            return Ok(b.session.read().rows_through(through)?.min(b.rows));
         }
-        self.row_base() + self.rows.partition_point(|e| RowEntry::key(e).0 <= through)
+        Ok(self.row_base()
+            + self
+                .rows
+                .partition_point(|e| RowEntry::key(e).0 <= through)?)
     }
 
     /// First row ordinal whose position is `>= (seq, item)`.
-    pub(crate) fn row_lower_bound(&self, seq: u64, item: u32) -> u64 {
+    pub(crate) fn row_lower_bound(&self, seq: u64, item: u32) -> Result<u64, IndexError> {
         if let Some(b) = self.base_of_seq(seq) {
-            return b.session.read().row_lower_bound(seq, item).min(b.rows);
+            return Ok(b.session.read().row_lower_bound(seq, item)?.min(b.rows));
         }
-        self.row_base()
+        Ok(self.row_base()
             + self
                 .rows
-                .partition_point(|e| RowEntry::key(e) < (seq, item))
+                .partition_point(|e| RowEntry::key(e) < (seq, item))?)
     }
 
     /// First row ordinal whose position is `> (seq, item)`.
-    pub(crate) fn row_upper_bound(&self, seq: u64, item: u32) -> u64 {
+    pub(crate) fn row_upper_bound(&self, seq: u64, item: u32) -> Result<u64, IndexError> {
         if let Some(b) = self.base_of_seq(seq) {
-            return b.session.read().row_upper_bound(seq, item).min(b.rows);
+            return Ok(b.session.read().row_upper_bound(seq, item)?.min(b.rows));
         }
-        self.row_base()
+        Ok(self.row_base()
             + self
                 .rows
-                .partition_point(|e| RowEntry::key(e) <= (seq, item))
+                .partition_point(|e| RowEntry::key(e) <= (seq, item))?)
     }
 
     /// First own row ordinal (global) whose event lies in own log segment `>= segment`.
-    pub(crate) fn first_row_of_segment(&self, segment: u64) -> u64 {
-        self.row_base()
-            + self.rows.partition_point(|e| {
-                self.location(RowEntry::key(e).0)
-                    .is_some_and(|l| l.segment < segment)
-            })
+    pub(crate) fn first_row_of_segment(&self, segment: u64) -> Result<u64, IndexError> {
+        let mut damage = None;
+        let i = self
+            .rows
+            .partition_point(|e| match self.location(RowEntry::key(e).0) {
+                Ok(l) => l.is_some_and(|l| l.segment < segment),
+                Err(e) => {
+                    damage.get_or_insert(e);
+                    false
+                }
+            })?;
+        match damage {
+            Some(e) => Err(e),
+            None => Ok(self.row_base() + i),
+        }
     }
 
     /// Folds one event in: sequence index, rows (hidden flags from the state so far), state.
@@ -406,9 +430,11 @@ pub(crate) struct Session {
     revision: Mutex<u64>,
     appended: Condvar,
     dirty: AtomicBool,
-    /// Set when a derived index was found damaged: no checkpoint is written any more in this
-    /// process, so the next open rebuilds every index from the log.
-    damaged: AtomicBool,
+    /// Set when a derived index was found damaged (an entry failing its checksum when read,
+    /// or naming a record that is not its event): no checkpoint is written any more, and the
+    /// Root opens the Session again, which drops the checkpoint first (see `retire`) so that
+    /// every index is rebuilt from the log. Shared with the three indexes, which set it.
+    damaged: Arc<AtomicBool>,
     cache: Mutex<EventCache>,
     /// Trigram postings for search, loaded on first use (see [`crate::search`]).
     pub(crate) search: SearchIndex,
@@ -505,7 +531,6 @@ impl Session {
         progress: ProgressSink,
         diags: Arc<DiagLog>,
     ) -> Result<Session, EngineError> {
-        let segment_bytes = config.segment_bytes_max;
         let seq_path = dir.join("seq.idx");
         let seq_opened = FixedIndex::open(&seq_path, SEQ_TAG, SEQ_ENTRY_BYTES).ok();
         let receipt_path = dir.join("receipt.idx");
@@ -523,7 +548,7 @@ impl Session {
         // that it is this event.
         let mark = seq_found.as_ref().and_then(|ix| {
             let c = state.revision;
-            let e = ix.get(c.checked_sub(1)?)?;
+            let e = ix.get(c.checked_sub(1)?).ok()??;
             Some(entry_loc(e, 0))
         });
         let log_dir = dir.join("log");
@@ -561,7 +586,7 @@ impl Session {
             revision: Mutex::new(0),
             appended: Condvar::new(),
             dirty: AtomicBool::new(false),
-            damaged: AtomicBool::new(false),
+            damaged: Arc::new(AtomicBool::new(false)),
             cache: Mutex::new(EventCache::default()),
             search: SearchIndex::new(dir),
             fork_ops: Mutex::new(HashSet::new()),
@@ -575,7 +600,17 @@ impl Session {
             failed: AtomicBool::new(false),
             last_use: AtomicU64::new(0),
         };
-        session.replay_tail(start, segment_bytes)?;
+        session.replay_tail(start)?;
+        {
+            // Damage found by the open itself was repaired above (the indexes were cut back or
+            // rebuilt); an entry found damaged from now on takes the Session out of service,
+            // and the Root opens it again with every index rebuilt (see `needs_reopen`).
+            let mut guard = session.write();
+            let inner = &mut *guard;
+            for ix in [&mut inner.seq, &mut inner.rows, &mut inner.receipts] {
+                ix.report_damage_to(Arc::clone(&session.damaged));
+            }
+        }
         let rev = session.read().state.revision;
         if rev == 0 {
             return Err(EngineError::corrupt(
@@ -593,7 +628,8 @@ impl Session {
     fn referenced(seq: Option<&FixedIndex>, receipts: Option<&FixedIndex>) -> Option<Location> {
         let last = |ix: Option<&FixedIndex>, at: usize| {
             let ix = ix?;
-            Some(entry_loc(ix.get(ix.len().checked_sub(1)?)?, at))
+            // A damaged last entry proves nothing (the index is rebuilt when it is read).
+            Some(entry_loc(ix.get(ix.len().checked_sub(1)?).ok()??, at))
         };
         last(seq, 0).max(last(receipts, 8))
     }
@@ -610,16 +646,33 @@ impl Session {
         let c = inner.state.revision;
         let own = c.saturating_sub(inner.seq_base());
         // A layered fork's checkpoint must cover at least one own event: the resume point is
-        // an event of the own log.
-        let trusted = own > 0
-            && !fresh_index
-            && inner.seq.len() >= own
-            && inner.rows.len() >= cover.rows
-            && inner.receipts.len() >= cover.receipts
-            && inner
-                .location(c)
-                .is_some_and(|loc| loc < log.end() && Self::is_event_at(log, loc, c));
-        if !trusted {
+        // an event of the own log. An index entry read here that fails its checksum makes
+        // the indexes untrusted like a missing file does: they are rebuilt from the log.
+        let resume = || -> Result<Option<(Location, u64, u64)>, IndexError> {
+            if own == 0
+                || fresh_index
+                || inner.seq.len() < own
+                || inner.rows.len() < cover.rows
+                || inner.receipts.len() < cover.receipts
+            {
+                return Ok(None);
+            }
+            let Some(loc_c) = inner.location(c)? else {
+                return Ok(None);
+            };
+            if loc_c >= log.end() || !Self::is_event_at(log, loc_c, c) {
+                return Ok(None);
+            }
+            let keep_rows = inner.rows_through(c)? - inner.row_base();
+            // Receipts after the covered event (its own batch's receipt, typically) are not
+            // cut here: the replay compares them with the log's and cuts only where they
+            // differ, so an open that finds nothing new writes nothing.
+            let keep_receipts = inner
+                .receipts
+                .partition_point(|e| entry_loc(e, 8) <= loc_c)?;
+            Ok(Some((loc_c, keep_rows, keep_receipts)))
+        };
+        let Some((loc_c, keep_rows, keep_receipts)) = resume().ok().flatten() else {
             inner.state = match &inner.base {
                 Some(b) => crate::fork::base_state(b),
                 None => State::default(),
@@ -628,15 +681,9 @@ impl Session {
             inner.rows.truncate(0)?;
             inner.receipts.truncate(0)?;
             return Ok(None);
-        }
-        let loc_c = inner.location(c).expect("checked above");
+        };
         inner.seq.truncate(own)?;
-        let keep_rows = inner.rows_through(c) - inner.row_base();
         inner.rows.truncate(keep_rows)?;
-        // Receipts after the covered event (its own batch's receipt, typically) are not cut
-        // here: the replay compares them with the log's and cuts only where they differ, so
-        // an open that finds nothing new writes nothing.
-        let keep_receipts = inner.receipts.partition_point(|e| entry_loc(e, 8) <= loc_c);
         Ok(Some((loc_c, keep_receipts)))
     }
 
@@ -650,11 +697,8 @@ impl Session {
         }
     }
 
-    fn replay_tail(
-        &self,
-        from: Option<(Location, u64)>,
-        segment_bytes: u64,
-    ) -> Result<(), EngineError> {
+    fn replay_tail(&self, from: Option<(Location, u64)>) -> Result<(), EngineError> {
+        let segment_bytes = self.log.segment_bytes_max();
         let mut inner = self.write();
         let (start, skip_first, mut receipt_at) = match from {
             Some((loc, r)) => (loc, true, r),
@@ -705,7 +749,8 @@ impl Session {
                     let r: Receipt =
                         records::decode(&log_path, "a receipt record", &record.payload)?;
                     let entry = receipt_entry(loc, &r.operation);
-                    if inner.receipts.get(receipt_at) == Some(&entry[..]) {
+                    // A damaged entry is not this receipt: it is cut and written again.
+                    if inner.receipts.get(receipt_at).ok().flatten() == Some(&entry[..]) {
                         // Already indexed (and durable): nothing to do for this one.
                         receipt_at += 1;
                         continue;
@@ -810,10 +855,12 @@ impl Session {
     }
 
     /// True when this object must be replaced by a Session opened again from disk: it was
-    /// marked failed, a panic poisoned one of its locks, or its log refuses appends after a
-    /// failed write or fdatasync. Atomic loads only: the Root asks on every call.
+    /// marked failed, an index of it was found damaged, a panic poisoned one of its locks, or
+    /// its log refuses appends after a failed write or fdatasync. Atomic loads only: the Root
+    /// asks on every call.
     pub(crate) fn needs_reopen(&self) -> bool {
         self.failed.load(Ordering::Acquire)
+            || self.damaged.load(Ordering::Acquire)
             || self.inner.is_poisoned()
             || self.writer.is_poisoned()
             || self.log.is_poisoned()
@@ -847,6 +894,17 @@ impl Session {
         self.log.wait_for_sealing();
         if self.log.is_poisoned() {
             self.log.cut_unsynced()?;
+        }
+        if self.damaged.load(Ordering::Acquire) {
+            // No sync is under way (the sync lock was taken above) and none starts on a
+            // damaged Session, so no checkpoint can come back after this: the next open
+            // rebuilds every index from the log.
+            let ckpt = self.dir.join("state.ckpt");
+            match std::fs::remove_file(&ckpt) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(EngineError::io(&ckpt, "remove a stale checkpoint", e)),
+            }
         }
         Ok(())
     }
@@ -973,7 +1031,7 @@ impl Session {
     }
 
     fn location_of(&self, inner: &Inner, sequence: u64) -> Result<Location, EngineError> {
-        inner.location(sequence).ok_or_else(|| {
+        inner.location(sequence)?.ok_or_else(|| {
             EngineError::not_found(format!("event {sequence} of Session {}", self.id))
         })
     }
@@ -1058,6 +1116,36 @@ impl Session {
         Ok(guard)
     }
 
+    fn load_receipts(&self) -> Result<ReceiptMap, EngineError> {
+        let inner = self.read_checked()?;
+        let mut m: ReceiptMap = HashMap::new();
+        for i in 0..inner.receipts.len() {
+            let e = inner.receipts.get(i)?.expect("i < len");
+            let hash = u64::from_le_bytes(e[0..8].try_into().expect("8 bytes"));
+            m.entry(hash).or_default().push(entry_loc(e, 8));
+        }
+        Ok(m)
+    }
+
+    /// Rebuilds every index and the state from the log, in place, after an index entry was
+    /// found damaged. The caller holds the writer lock (no mutation runs); readers wait on
+    /// the index lock meanwhile. The damage mark is cleared: what it named is gone.
+    fn rebuild_indexes(&self) -> Result<(), EngineError> {
+        {
+            let mut inner = self.write_checked()?;
+            inner.state = match &inner.base {
+                Some(b) => crate::fork::base_state(b),
+                None => State::default(),
+            };
+            inner.seq.truncate(0)?;
+            inner.rows.truncate(0)?;
+            inner.receipts.truncate(0)?;
+        }
+        self.replay_tail(None)?;
+        self.damaged.store(false, Ordering::Release);
+        Ok(())
+    }
+
     /// Finds the receipt of `operation`, loading the receipt map on first use.
     fn find_receipt(
         &self,
@@ -1065,14 +1153,18 @@ impl Session {
         operation: &str,
     ) -> Result<Option<Receipt>, EngineError> {
         if map.is_none() {
-            let inner = self.read_checked()?;
-            let mut m: ReceiptMap = HashMap::new();
-            for i in 0..inner.receipts.len() {
-                let e = inner.receipts.get(i).expect("i < len");
-                let hash = u64::from_le_bytes(e[0..8].try_into().expect("8 bytes"));
-                m.entry(hash).or_default().push(entry_loc(e, 8));
-            }
-            *map = Some(m);
+            let loaded = self.load_receipts();
+            let loaded = match loaded {
+                Err(EngineError::Index(e)) if e.kind() == logbook_index::ErrorKind::Corrupt => {
+                    // A receipt entry failed its checksum. The caller holds the writer lock,
+                    // so no mutation runs meanwhile: rebuild the indexes from the log here and
+                    // load again, rather than fail a mutation over derived data.
+                    self.rebuild_indexes()?;
+                    self.load_receipts()
+                }
+                other => other,
+            };
+            *map = Some(loaded?);
         }
         let m = map.as_ref().expect("loaded above");
         for loc in m
@@ -1325,6 +1417,11 @@ impl Session {
                 format!("{what}; delete the Session's .idx and .ckpt files to rebuild them"),
             )
         };
+        // Entry checksums are checked when entries are read; a verify reads them all. A
+        // damaged one marks the Session, so its next use rebuilds the indexes from the log.
+        for ix in [&inner.seq, &inner.rows, &inner.receipts] {
+            ix.check_all()?;
+        }
         let mut state = match &inner.base {
             Some(b) => crate::fork::base_state(b),
             None => State::default(),
@@ -1347,7 +1444,7 @@ impl Session {
                         ));
                     }
                     let own = er.sequence.checked_sub(inner.seq_base() + 1);
-                    if own.and_then(|i| inner.seq.get(i))
+                    if own.and_then(|i| inner.seq.get(i).ok().flatten())
                         != Some(&loc_entry(loc, kind_code(&er.event))[..])
                     {
                         return Err(mismatch(format!(
@@ -1365,7 +1462,7 @@ impl Session {
                             kind: r.kind,
                             hidden,
                         };
-                        if inner.row(row) != Some(want) {
+                        if inner.row(row).ok().flatten() != Some(want) {
                             return Err(mismatch(format!(
                                 "row.idx entry {row} is wrong (want {want:?})"
                             )));
@@ -1396,6 +1493,8 @@ impl Session {
             let ok = inner
                 .receipts
                 .get(receipt)
+                .ok()
+                .flatten()
                 .is_some_and(|e| e[0..8] == hash.to_le_bytes() && entry_loc(e, 8) == loc);
             if !ok {
                 return Err(mismatch(format!("receipt.idx entry {receipt} is wrong")));

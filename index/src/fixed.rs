@@ -24,13 +24,17 @@
 //! A file whose length is not `32 + k * width` lost its last write half way
 //! (a torn tail): `open` cuts it back to whole entries and reports how many
 //! bytes it cut in [`FixedIndex::cut_bytes`]. Every entry carries a CRC-32 bound to
-//! its index, and `open` checks all of them (CRC-32 runs at many GB/s, so this costs
-//! about a millisecond per ten megabytes of entries): a flipped, shifted or stale
-//! entry is refused at open, and the caller rebuilds the index from its source.
+//! its index. `open` checks the header only, so that opening costs the same whatever the
+//! number of entries; each read of a mapped entry ([`FixedIndex::get`],
+//! [`FixedIndex::partition_point`]) checks that entry's checksum first, so a flipped or
+//! shifted entry is never handed out: the read fails with
+//! [`IndexError::ChecksumMismatch`] naming its offset, and the caller rebuilds the index
+//! from its source. [`FixedIndex::check_all`] checks every entry (a full verify).
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use memmap2::Mmap;
@@ -79,6 +83,8 @@ pub struct FixedIndex {
     poisoned: bool,
     /// Bumped by every `truncate`: a [`SyncedEntries`] begun before one is refused.
     generation: u64,
+    /// Set when a read finds a damaged entry (see [`FixedIndex::report_damage_to`]).
+    damage: Option<Arc<AtomicBool>>,
 }
 
 /// Entries of a [`FixedIndex`] not yet durable, copied out with a handle to the file by
@@ -252,12 +258,14 @@ impl FixedIndex {
             cut_bytes: 0,
             poisoned: false,
             generation: 0,
+            damage: None,
         })
     }
 
     /// Opens an existing index. Refuses (with an error, never a panic) a foreign,
-    /// newer or damaged file and a tag or width other than the caller's: the
-    /// caller rebuilds. Cuts a torn tail back to whole entries (fdatasync'd).
+    /// newer or damaged header and a tag or width other than the caller's: the
+    /// caller rebuilds. Cuts a torn tail back to whole entries (fdatasync'd). The entries'
+    /// checksums are not read here but by every read of an entry (see the module docs).
     pub fn open(path: &Path, tag: [u8; 4], width: u32) -> Result<FixedIndex, IndexError> {
         check_width(width)?;
         let file = open_rw(path)?;
@@ -281,9 +289,6 @@ impl FixedIndex {
                 .map_err(|e| IndexError::io(path, "fdatasync", e))?;
         }
         let map = fsutil::map_prefix(&file, path, if durable == 0 { 0 } else { whole })?;
-        if let Some(m) = &map {
-            check_entries(path, m, width)?;
-        }
         Ok(FixedIndex {
             path: path.to_path_buf(),
             file: Arc::new(file),
@@ -295,6 +300,7 @@ impl FixedIndex {
             cut_bytes,
             poisoned: false,
             generation: 0,
+            damage: None,
         })
     }
 
@@ -338,8 +344,11 @@ impl FixedIndex {
         self.durable
     }
 
-    /// Entry `i`, exactly `width` bytes, or `None` when `i >= len()`.
-    pub fn get(&self, i: u64) -> Option<&[u8]> {
+    /// Entry `i`, exactly `width` bytes, or `None` when `i >= len()`. A mapped entry is
+    /// handed out only after its checksum is checked: a mismatch is
+    /// [`IndexError::ChecksumMismatch`] with the entry's offset (the file is damaged; rebuild
+    /// it). Entries pushed in this process and not yet synced are not checked.
+    pub fn get(&self, i: u64) -> Result<Option<&[u8]>, IndexError> {
         let (w, stride) = (self.width as usize, self.stride());
         if i < self.durable {
             let map = self
@@ -347,12 +356,46 @@ impl FixedIndex {
                 .as_ref()
                 .expect("durable entries exist only with a map");
             let start = FIXED_HEADER_BYTES as usize + (i as usize) * stride;
-            Some(&map[start..start + w])
+            let (entry, stored) = map[start..start + stride].split_at(w);
+            self.checked(check_entry(&self.path, i, entry, stored, self.width))?;
+            Ok(Some(entry))
         } else {
-            let j = usize::try_from(i - self.durable).ok()?;
-            let start = j.checked_mul(stride)?;
-            self.tail.get(start..start.checked_add(w)?)
+            let Ok(j) = usize::try_from(i - self.durable) else {
+                return Ok(None);
+            };
+            Ok(j.checked_mul(stride)
+                .and_then(|start| self.tail.get(start..start.checked_add(w)?)))
         }
+    }
+
+    /// Checks the checksum of every durable entry (what `open` leaves to the reads): the
+    /// first mismatch is [`IndexError::ChecksumMismatch`] with its offset.
+    pub fn check_all(&self) -> Result<(), IndexError> {
+        let Some(map) = &self.map else {
+            return Ok(());
+        };
+        let (w, stride) = (self.width as usize, self.stride());
+        let body = &map[FIXED_HEADER_BYTES as usize..];
+        for (i, e) in body.chunks_exact(stride).enumerate() {
+            let (entry, stored) = e.split_at(w);
+            self.checked(check_entry(&self.path, i as u64, entry, stored, self.width))?;
+        }
+        Ok(())
+    }
+
+    /// Has every later read that finds a damaged entry also set `flag`, so that the owner
+    /// learns of the damage (and rebuilds) whichever caller met it.
+    pub fn report_damage_to(&mut self, flag: Arc<AtomicBool>) {
+        self.damage = Some(flag);
+    }
+
+    fn checked(&self, r: Result<(), IndexError>) -> Result<(), IndexError> {
+        if r.is_err() {
+            if let Some(flag) = &self.damage {
+                flag.store(true, Ordering::Release);
+            }
+        }
+        r
     }
 
     /// Appends one entry in memory; `sync` makes it durable.
@@ -496,40 +539,39 @@ impl FixedIndex {
     }
 
     /// First index `i` in `[0, len)` for which `pred(entry)` is false, given that
-    /// the entries are partitioned by `pred` (all true, then all false).
-    pub fn partition_point(&self, mut pred: impl FnMut(&[u8]) -> bool) -> u64 {
+    /// the entries are partitioned by `pred` (all true, then all false). Each entry looked
+    /// at is checked as [`FixedIndex::get`] checks it.
+    pub fn partition_point(&self, mut pred: impl FnMut(&[u8]) -> bool) -> Result<u64, IndexError> {
         let (mut lo, mut hi) = (0u64, self.len());
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
-            if pred(self.get(mid).expect("mid < len")) {
+            if pred(self.get(mid)?.expect("mid < len")) {
                 lo = mid + 1;
             } else {
                 hi = mid;
             }
         }
-        lo
+        Ok(lo)
     }
 }
 
-/// Checks every entry's checksum in a mapped file (header included in `map`).
-fn check_entries(path: &Path, map: &[u8], width: u32) -> Result<(), IndexError> {
-    let w = width as usize;
-    let body = &map[FIXED_HEADER_BYTES as usize..];
-    for (i, e) in body
-        .chunks_exact(w + FIXED_ENTRY_CRC_BYTES as usize)
-        .enumerate()
-    {
-        let (entry, stored) = e.split_at(w);
-        let stored = le_u32(stored);
-        let got = entry_crc(i as u64, entry);
-        if stored != got {
-            return Err(IndexError::ChecksumMismatch {
-                path: path.to_path_buf(),
-                offset: FIXED_HEADER_BYTES + i as u64 * (w as u64 + 4),
-                expected: stored,
-                got,
-            });
-        }
+/// Checks entry `i`'s stored checksum (`stored`, 4 bytes) against the entry.
+fn check_entry(
+    path: &Path,
+    i: u64,
+    entry: &[u8],
+    stored: &[u8],
+    width: u32,
+) -> Result<(), IndexError> {
+    let stored = le_u32(stored);
+    let got = entry_crc(i, entry);
+    if stored != got {
+        return Err(IndexError::ChecksumMismatch {
+            path: path.to_path_buf(),
+            offset: FIXED_HEADER_BYTES + i * u64::from(width + FIXED_ENTRY_CRC_BYTES),
+            expected: stored,
+            got,
+        });
     }
     Ok(())
 }

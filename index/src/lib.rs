@@ -22,7 +22,7 @@
 //! ix.push(&42u64.to_le_bytes());
 //! ix.sync().unwrap();
 //! let ix = FixedIndex::open(&path, *b"SEQ1", 8).unwrap();
-//! assert_eq!(ix.get(0), Some(&42u64.to_le_bytes()[..]));
+//! assert_eq!(ix.get(0).unwrap(), Some(&42u64.to_le_bytes()[..]));
 //! ```
 //!
 //! Search: index the folded text of each row, ask the postings for candidate

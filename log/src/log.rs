@@ -1160,6 +1160,11 @@ impl Log {
         &self.shared.dir
     }
 
+    /// The size at which the active segment rolls over ([`LogConfig::segment_bytes_max`]).
+    pub fn segment_bytes_max(&self) -> u64 {
+        self.shared.config.segment_bytes_max
+    }
+
     /// Paths of sealed (immutable) segment files, oldest first.
     pub fn sealed_segment_paths(&self) -> Vec<PathBuf> {
         read_lock(&self.shared.segments)

@@ -387,7 +387,7 @@ pub(crate) fn row_entry(
     inner: &Inner,
     row: u64,
 ) -> Result<crate::session::RowEntry, EngineError> {
-    inner.row(row).ok_or_else(|| {
+    inner.row(row)?.ok_or_else(|| {
         EngineError::corrupt(
             session.dir().join("row.idx"),
             format!("row entry {row} is unreadable"),
@@ -403,7 +403,7 @@ pub(crate) fn segment_of_row(
 ) -> Result<u64, EngineError> {
     let e = row_entry(session, inner, row)?;
     inner
-        .location(e.sequence)
+        .location(e.sequence)?
         .map(|l| l.segment)
         .ok_or_else(|| {
             EngineError::corrupt(
@@ -414,8 +414,8 @@ pub(crate) fn segment_of_row(
 }
 
 /// First own row whose event lives in a segment `>= segment` of the Session's own log.
-fn first_row_of_segment(inner: &Inner, segment: u64) -> u64 {
-    inner.first_row_of_segment(segment)
+fn first_row_of_segment(inner: &Inner, segment: u64) -> Result<u64, EngineError> {
+    Ok(inner.first_row_of_segment(segment)?)
 }
 
 fn doc_of(row: u64, first_row: u64) -> Result<u32, EngineError> {
@@ -496,7 +496,7 @@ impl SearchIndex {
         if total > inner.row_base() {
             segment = segment.max(segment_of_row(session, inner, total - 1)?);
         }
-        let first_row = first_row_of_segment(inner, segment);
+        let first_row = first_row_of_segment(inner, segment)?;
         let mut tail = Tail {
             segment,
             first_row,
@@ -551,7 +551,7 @@ impl SearchIndex {
         let fits = t.segment == segment
             && t.first_row == first_row
             && last_row < inner.row_count()
-            && inner.row(last_row)?.sequence == t.last_sequence
+            && inner.row(last_row).ok()??.sequence == t.last_sequence
             && segment_of_row(session, inner, last_row).ok()? == segment;
         if !fits {
             return None;
@@ -581,7 +581,7 @@ impl SearchIndex {
         if docs == 0 || t.saved == t.covered || !large {
             return;
         }
-        let Some(last) = session.read().row(t.covered - 1) else {
+        let Ok(Some(last)) = session.read().row(t.covered - 1) else {
             return;
         };
         // The rows the file covers must be durable: a later open trusts them as logged. When
@@ -771,8 +771,8 @@ impl SearchIndex {
                 return Ok(Arc::clone(s));
             }
         }
-        let first_row = first_row_of_segment(inner, segment);
-        let end_row = first_row_of_segment(inner, segment + 1);
+        let first_row = first_row_of_segment(inner, segment)?;
+        let end_row = first_row_of_segment(inner, segment + 1)?;
         let rows = end_row - first_row;
         let path = self.file_path(segment, first_row);
         let opened = if rebuild {

@@ -651,7 +651,7 @@ impl Session {
         let tail = tail_guard.as_ref().expect("ready() returns a loaded tail");
         let inner = self.read();
         let through = crate::history::fence(&inner, Some(through))?;
-        let n = inner.rows_through(through);
+        let n = inner.rows_through(through)?;
         let titles: Vec<&(u64, String)> = inner
             .state
             .titles
@@ -677,7 +677,7 @@ impl Session {
             Resume::Title { index, offset } => {
                 let i = usize::try_from(index).ok().filter(|&i| i < titles.len());
                 let i = i.ok_or_else(|| bad("a title"))?;
-                let hi = inner.rows_through(titles[i].0 - 1).checked_sub(1);
+                let hi = inner.rows_through(titles[i].0 - 1)?.checked_sub(1);
                 (i + 1, hi, None, Some((i, offset)))
             }
         };

@@ -21,10 +21,15 @@ fn fill(ix: &mut FixedIndex, from: u64, to: u64) {
 fn check_all(ix: &FixedIndex, n: u64) {
     assert_eq!(ix.len(), n);
     for i in 0..n {
-        assert_eq!(ix.get(i), Some(&entry(i, ix.width())[..]), "entry {i}");
+        assert_eq!(
+            ix.get(i).unwrap(),
+            Some(&entry(i, ix.width())[..]),
+            "entry {i}"
+        );
     }
-    assert_eq!(ix.get(n), None);
-    assert_eq!(ix.get(u64::MAX), None);
+    assert_eq!(ix.get(n).unwrap(), None);
+    assert_eq!(ix.get(u64::MAX).unwrap(), None);
+    ix.check_all().unwrap();
 }
 
 #[test]
@@ -60,7 +65,7 @@ fn empty_file_reopens_and_sync_of_nothing_is_fine() {
     drop(ix);
     let ix = FixedIndex::open(&path, TAG, 8).unwrap();
     check_all(&ix, 0);
-    assert_eq!(ix.partition_point(|_| true), 0);
+    assert_eq!(ix.partition_point(|_| true).unwrap(), 0);
 }
 
 #[test]
@@ -119,7 +124,7 @@ fn partition_point_over_both_parts() {
     for probe in 0..=700u64 {
         let want = probe.div_ceil(10).min(70);
         assert_eq!(
-            ix.partition_point(|e| key(e) < probe),
+            ix.partition_point(|e| key(e) < probe).unwrap(),
             want,
             "probe {probe}"
         );
@@ -289,8 +294,11 @@ fn push_of_wrong_width_panics() {
     ix.push(&[1, 2, 3]);
 }
 
+/// Open checks the header only; a flipped entry byte is refused by every read of that entry
+/// (`get`, a `partition_point` that looks at it, `check_all`) with the entry's offset, and
+/// the other entries still read.
 #[test]
-fn every_entry_bit_flip_is_refused_with_its_offset() {
+fn every_entry_bit_flip_is_refused_when_read_with_its_offset() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("e.idx");
     let width = 5u32;
@@ -306,16 +314,32 @@ fn every_entry_bit_flip_is_refused_with_its_offset() {
             b[byte] ^= 1 << bit;
             let p = dir.path().join("flip.idx");
             std::fs::write(&p, &b).unwrap();
-            let e = FixedIndex::open(&p, TAG, width).unwrap_err();
+            let ix = FixedIndex::open(&p, TAG, width).unwrap();
             let entry = (byte - FIXED_HEADER_BYTES as usize) / stride;
-            match e {
-                IndexError::ChecksumMismatch { offset, .. } => assert_eq!(
-                    offset,
-                    FIXED_HEADER_BYTES + (entry * stride) as u64,
-                    "byte {byte} bit {bit}"
-                ),
+            let offset_of = |e: IndexError| match e {
+                IndexError::ChecksumMismatch { offset, .. } => offset,
                 other => panic!("byte {byte} bit {bit}: {other}"),
+            };
+            let want = FIXED_HEADER_BYTES + (entry * stride) as u64;
+            assert_eq!(
+                offset_of(ix.get(entry as u64).unwrap_err()),
+                want,
+                "byte {byte} bit {bit}"
+            );
+            assert_eq!(
+                offset_of(ix.check_all().unwrap_err()),
+                want,
+                "byte {byte} bit {bit}"
+            );
+            for other in (0..4u64).filter(|&o| o != entry as u64) {
+                assert_eq!(ix.get(other).unwrap(), Some(&self::entry(other, width)[..]));
             }
+            // Binary searches over 4 entries look at 2, 3 (all true) and 2, 1, 0 (all false):
+            // each fails exactly when it meets the damaged entry.
+            let upward = ix.partition_point(|_| true);
+            assert_eq!(upward.is_err(), entry >= 2, "byte {byte} bit {bit}");
+            let downward = ix.partition_point(|_| false);
+            assert_eq!(downward.is_err(), entry <= 2, "byte {byte} bit {bit}");
         }
     }
     // Entries swapped (each intact on its own) are refused too: the checksum binds the index.
@@ -326,10 +350,18 @@ fn every_entry_bit_flip_is_refused_with_its_offset() {
     b[first].copy_from_slice(&full[second.clone()]);
     b[second].copy_from_slice(&a);
     std::fs::write(&path, &b).unwrap();
-    assert_eq!(
-        FixedIndex::open(&path, TAG, width).unwrap_err().kind(),
-        ErrorKind::Corrupt
+    let mut ix = FixedIndex::open(&path, TAG, width).unwrap();
+    let flag = Arc::new(AtomicBool::new(false));
+    ix.report_damage_to(Arc::clone(&flag));
+    assert_eq!(ix.get(2).unwrap(), Some(&entry(2, width)[..]));
+    assert!(
+        !flag.load(Ordering::Acquire),
+        "an intact entry reported damage"
     );
+    assert_eq!(ix.get(0).unwrap_err().kind(), ErrorKind::Corrupt);
+    assert!(flag.load(Ordering::Acquire), "the damage was not reported");
+    assert_eq!(ix.get(1).unwrap_err().kind(), ErrorKind::Corrupt);
+    assert_eq!(ix.check_all().unwrap_err().kind(), ErrorKind::Corrupt);
 }
 
 #[test]
