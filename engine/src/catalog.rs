@@ -4,8 +4,11 @@
 //! last activity is opened to fill it in.
 //!
 //! All of it is derived. In memory it lives in the Root's registry entries; on a clean close
-//! the Root writes it to `catalog.snap` (layout below) and the next open reads it back and
-//! removes the file before anything changes, so a snapshot is never trusted after a crash.
+//! the Root writes it to `catalog.snap` (layout below) and the next open reads it back. The
+//! file stays while nothing changes, so an open that only reads costs no write at its close;
+//! the first commit to any Session removes it (durably, before the commit is written: see
+//! [`Snapshot::before_change`]), so a snapshot is never trusted after a crash that followed
+//! a change. A close writes it again only when a summary changed since it was read.
 //! Without one, the times come from the Session's log files (the newest segment's mtime is,
 //! roughly, the last append) and the rest from opening the Session when a page needs it.
 //!
@@ -24,7 +27,7 @@ use crate::error::EngineError;
 use crate::search::TrigramFilter;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 /// Magic bytes of the catalog snapshot.
 pub const CATALOG_MAGIC: [u8; 8] = *b"LBCATLG\0";
@@ -35,6 +38,75 @@ pub(crate) const CATALOG_FILE: &str = "catalog.snap";
 const CATALOG_HEADER_BYTES: usize = 24;
 /// Largest snapshot payload accepted on load, in bytes.
 const CATALOG_PAYLOAD_BYTES_MAX: u64 = 1 << 30;
+
+/// Every Session's saved summary, by id.
+pub(crate) type Entries = Vec<(String, Saved)>;
+
+/// The snapshot file of one open Root: whether the file on disk still describes the Root.
+#[derive(Debug)]
+pub(crate) struct Snapshot {
+    root: std::path::PathBuf,
+    /// True while `catalog.snap` holds the listing facts of the Root as it is now.
+    on_disk: AtomicBool,
+    /// Serialises the removal, so every commit returns from `before_change` only once the
+    /// file is durably gone.
+    removing: std::sync::Mutex<()>,
+}
+
+impl Snapshot {
+    /// Reads the snapshot of the Root at `root`; `None` when absent, damaged or of another
+    /// version (it is derived). A snapshot that was read stays on disk until a change.
+    pub(crate) fn load(root: &Path) -> Result<(Snapshot, Option<Entries>), EngineError> {
+        let path = root.join(CATALOG_FILE);
+        let saved = match std::fs::read(&path) {
+            Ok(b) => decode(&b),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(EngineError::io(&path, "read", e)),
+        };
+        let snapshot = Snapshot {
+            root: root.to_owned(),
+            on_disk: AtomicBool::new(saved.is_some()),
+            removing: std::sync::Mutex::new(()),
+        };
+        Ok((snapshot, saved))
+    }
+
+    /// Called before anything the snapshot describes changes (a commit to a Session): removes
+    /// the file and syncs the directory, once per open. One atomic load once it is gone.
+    pub(crate) fn before_change(&self) -> Result<(), EngineError> {
+        if !self.on_disk.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let _g = self.removing.lock().unwrap_or_else(|p| p.into_inner());
+        if !self.on_disk.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let path = self.root.join(CATALOG_FILE);
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(EngineError::io(&path, "remove the catalog snapshot", e)),
+        }
+        crate::fsutil::sync_dir(&self.root)?;
+        self.on_disk.store(false, Ordering::Release);
+        Ok(())
+    }
+
+    /// Writes the snapshot at a clean close, unless the one on disk says the same already
+    /// (`changed` false: no summary changed since it was read). Best effort: it is derived.
+    pub(crate) fn save_at_close(
+        &self,
+        changed: bool,
+        entries: impl FnOnce() -> Vec<(String, Saved)>,
+    ) {
+        if self.on_disk.load(Ordering::Acquire) && !changed {
+            return;
+        }
+        if save(&self.root, &entries()).is_ok() {
+            self.on_disk.store(true, Ordering::Release);
+        }
+    }
+}
 
 /// A Session's listing facts as of its activity `at_ms`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -60,6 +132,9 @@ pub(crate) struct Summary {
     /// The Session's trigram filter as of its current revision, when built (a commit clears
     /// it): a Root-wide search skips the Session when the filter rules a query out.
     pub filter: std::sync::Mutex<Option<std::sync::Arc<TrigramFilter>>>,
+    /// Set when anything saved of this summary changed since it was read from the snapshot
+    /// (or made): the Root's close then writes the snapshot again.
+    changed: AtomicBool,
 }
 
 /// The snapshot form of a [`Summary`].
@@ -83,6 +158,7 @@ impl Summary {
                     .and_then(TrigramFilter::checked)
                     .map(std::sync::Arc::new),
             ),
+            changed: AtomicBool::new(false),
         }
     }
 
@@ -95,18 +171,40 @@ impl Summary {
             detail: std::sync::Mutex::default(),
             damage: std::sync::Mutex::default(),
             filter: std::sync::Mutex::default(),
+            changed: AtomicBool::new(true),
         }
     }
 
     /// Marks an append: the last activity moves to now, and always forward (by at least one
     /// millisecond), so a detail read before this append is never taken for a fresh one.
     pub(crate) fn touch(&self) {
+        self.changed.store(true, Ordering::Release);
         let now = now_ms();
         let _ = self
             .last_ms
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |last| {
                 Some(now.max(last + 1))
             });
+    }
+
+    /// Sets the listing facts (read from the open Session).
+    pub(crate) fn set_detail(&self, detail: Detail) {
+        let mut d = self.detail.lock().unwrap_or_else(|p| p.into_inner());
+        if d.as_ref() != Some(&detail) {
+            *d = Some(detail);
+            self.changed.store(true, Ordering::Release);
+        }
+    }
+
+    /// Sets the trigram filter, built as of the Session's current revision.
+    pub(crate) fn set_filter(&self, filter: std::sync::Arc<TrigramFilter>) {
+        *self.filter.lock().unwrap_or_else(|p| p.into_inner()) = Some(filter);
+        self.changed.store(true, Ordering::Release);
+    }
+
+    /// True when something saved of this summary changed since it was read or made.
+    pub(crate) fn changed(&self) -> bool {
+        self.changed.load(Ordering::Acquire)
     }
 
     pub(crate) fn saved(&self) -> Saved {
@@ -144,6 +242,7 @@ impl Summary {
             .created_ms
             .compare_exchange(0, created, Ordering::AcqRel, Ordering::Acquire);
         self.last_ms.fetch_max(last, Ordering::AcqRel);
+        self.changed.store(true, Ordering::Release);
     }
 }
 
@@ -222,20 +321,6 @@ pub(crate) fn save(root: &Path, entries: &[(String, Saved)]) -> Result<(), Engin
     crate::fsutil::write_atomic(&path, &bytes)
 }
 
-/// Reads the snapshot and removes it (durably) so that it is never trusted after a crash of
-/// this process; `None` when absent, damaged or of another version (it is derived).
-pub(crate) fn take(root: &Path) -> Result<Option<Vec<(String, Saved)>>, EngineError> {
-    let path = root.join(CATALOG_FILE);
-    let bytes = match std::fs::read(&path) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(EngineError::io(&path, "read", e)),
-    };
-    std::fs::remove_file(&path).map_err(|e| EngineError::io(&path, "remove", e))?;
-    crate::fsutil::sync_dir(root)?;
-    Ok(decode(&bytes))
-}
-
 fn decode(bytes: &[u8]) -> Option<Vec<(String, Saved)>> {
     if bytes.len() < CATALOG_HEADER_BYTES + 4 || bytes[..8] != CATALOG_MAGIC {
         return None;
@@ -262,7 +347,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn snapshot_round_trip_damage_and_removal() {
+    fn snapshot_round_trip_damage_removal_and_rewrite() {
         let dir = tempfile::tempdir().expect("tmp");
         let entries = vec![(
             "s1".to_owned(),
@@ -281,9 +366,28 @@ mod tests {
         )];
         save(dir.path(), &entries).expect("save");
         let raw = std::fs::read(dir.path().join(CATALOG_FILE)).expect("read");
-        assert_eq!(take(dir.path()).expect("take"), Some(entries.clone()));
-        assert!(!dir.path().join(CATALOG_FILE).exists(), "taken once");
-        assert_eq!(take(dir.path()).expect("absent"), None);
+        let (snap, loaded) = Snapshot::load(dir.path()).expect("load");
+        assert_eq!(loaded, Some(entries.clone()));
+        // Nothing changed: the close leaves the file alone.
+        snap.save_at_close(false, || panic!("rewritten although nothing changed"));
+        assert_eq!(
+            std::fs::read(dir.path().join(CATALOG_FILE)).expect("read"),
+            raw
+        );
+        // A change removes it first, once.
+        snap.before_change().expect("remove");
+        assert!(
+            !dir.path().join(CATALOG_FILE).exists(),
+            "removed before a change"
+        );
+        snap.before_change().expect("already gone");
+        assert_eq!(Snapshot::load(dir.path()).expect("absent").1, None);
+        // The close writes it again.
+        snap.save_at_close(false, || entries.clone());
+        assert_eq!(
+            Snapshot::load(dir.path()).expect("load").1,
+            Some(entries.clone())
+        );
         for at in [0, 9, 17, raw.len() / 2, raw.len() - 1] {
             let mut b = raw.clone();
             b[at] ^= 0x40;

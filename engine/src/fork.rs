@@ -256,23 +256,30 @@ pub(crate) fn apply_marker(
 
 /// What the marker does to the state (see the module documentation).
 fn apply_fork_rules(state: &mut State) {
-    state.pending.clear();
-    state.contexts.clear();
+    let maps = state.maps_mut();
+    maps.pending.clear();
+    maps.contexts.clear();
 }
 
 /// The state as it was right after event `through` (every derived fact keeps the sequence it
 /// came from, so this needs no replay).
 fn state_at(s: &State, through: u64) -> State {
-    let mut out = State {
-        revision: through,
-        ..State::default()
-    };
-    for (inv, st) in &s.invocations {
+    let mut out = State::default();
+    out.revision = through;
+    out.titles = s
+        .titles
+        .iter()
+        .filter(|(q, _)| *q <= through)
+        .cloned()
+        .collect();
+    out.first_line = s.first_line.clone().filter(|(q, _)| *q <= through);
+    let (from, to) = (s.maps(), out.maps_mut());
+    for (inv, st) in &from.invocations {
         if st.message > through {
             continue;
         }
         let settled = st.settled && st.settled_at <= through;
-        out.invocations.insert(
+        to.invocations.insert(
             inv.clone(),
             InvocationState {
                 message: st.message,
@@ -281,34 +288,27 @@ fn state_at(s: &State, through: u64) -> State {
             },
         );
         if !settled {
-            out.queue.insert(st.message, inv.clone());
+            to.queue.insert(st.message, inv.clone());
         }
     }
-    for (id, st) in &s.interactions {
+    for (id, st) in &from.interactions {
         if st.requested > through {
             continue;
         }
         let mut st = st.clone();
         st.resolved = st.resolved.filter(|r| *r <= through);
         if st.resolved.is_none() {
-            out.pending.insert(st.requested, id.clone());
+            to.pending.insert(st.requested, id.clone());
         }
-        out.interactions.insert(id.clone(), st);
+        to.interactions.insert(id.clone(), st);
     }
-    out.titles = s
-        .titles
-        .iter()
-        .filter(|(q, _)| *q <= through)
-        .cloned()
-        .collect();
-    out.first_line = s.first_line.clone().filter(|(q, _)| *q <= through);
-    out.internal_calls = s
+    to.internal_calls = from
         .internal_calls
         .iter()
         .filter(|(_, seq)| **seq <= through)
         .map(|(id, seq)| (id.clone(), *seq))
         .collect();
-    out.contexts = s
+    to.contexts = from
         .contexts
         .iter()
         .copied()
@@ -381,7 +381,7 @@ fn check_fence(p: &ForkParams, state: &State) -> Result<(u64, Option<String>), E
     let (through, turn) = match &p.from {
         ForkFrom::All => (state.revision, None),
         ForkFrom::Turn { invocation } => {
-            let st = state.invocations.get(invocation).ok_or_else(|| {
+            let st = state.maps().invocations.get(invocation).ok_or_else(|| {
                 EngineError::not_found(format!(
                     "invocation {invocation:?} in Session {}",
                     p.session_id
@@ -398,8 +398,9 @@ fn check_fence(p: &ForkParams, state: &State) -> Result<(u64, Option<String>), E
     // Every Turn inside the fence must be settled by it. For the whole history that is an
     // empty queue; a Turn fence must also rule out Turns settled after it.
     let unsettled: Option<&String> = match &p.from {
-        ForkFrom::All => state.queue.values().next(),
+        ForkFrom::All => state.maps().queue.values().next(),
         ForkFrom::Turn { .. } => state
+            .maps()
             .invocations
             .iter()
             .find(|(_, s)| s.message <= through && !(s.settled && s.settled_at <= through))

@@ -51,6 +51,8 @@ pub(crate) struct Journal {
 pub(crate) struct Activity {
     pub summary: Arc<Summary>,
     pub journal: Arc<Journal>,
+    /// Removed before the Session's first commit of this open (see `crate::catalog`).
+    pub snapshot: Arc<crate::catalog::Snapshot>,
 }
 
 impl Activity {

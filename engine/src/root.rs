@@ -196,10 +196,6 @@ pub(crate) struct Shared {
     /// Syncs of `sessions/` after a new Session's directory is renamed into it, shared by
     /// creations running at once.
     sessions_sync: crate::fsutil::SharedDirSync,
-    /// Sessions whose log this process left fully synced (created, or closed by the cache
-    /// with nothing unsynced) and has not opened since: their next open skips the log's
-    /// recovery fdatasync. Taken out by that open.
-    synced_closed: Mutex<std::collections::HashSet<String>>,
     /// The writer lock (see `take_lock`); released when the last reference goes.
     _lock: WriterLock,
     pub(crate) root_log: Log,
@@ -216,6 +212,8 @@ pub(crate) struct Shared {
     pub(crate) ids: IdGen,
     /// Commits and new Sessions in order, for Root-wide searches (see `crate::journal`).
     pub(crate) journal: Arc<crate::journal::Journal>,
+    /// The catalog snapshot on disk, removed before the first commit (see `crate::catalog`).
+    pub(crate) snapshot: Arc<crate::catalog::Snapshot>,
     /// Fork receipts, diagnostics logs and patch storage (see `crate::fork`).
     pub(crate) extras: crate::fork::Extras,
     stop: Mutex<bool>,
@@ -442,7 +440,7 @@ fn check_batch(state: &State, events: &[&Event]) -> Result<(), EngineError> {
     for (i, e) in events.iter().enumerate() {
         match e {
             Event::UserMessage(m)
-                if state.invocations.contains_key(&m.invocation)
+                if state.maps().invocations.contains_key(&m.invocation)
                     || !new_invocations.insert(m.invocation.as_str()) =>
             {
                 return Err(EngineError::conflict(format!(
@@ -451,7 +449,7 @@ fn check_batch(state: &State, events: &[&Event]) -> Result<(), EngineError> {
                 )));
             }
             Event::InteractionRequested(r)
-                if state.interactions.contains_key(&r.interaction_id)
+                if state.maps().interactions.contains_key(&r.interaction_id)
                     || !new_interactions.insert(r.interaction_id.as_str()) =>
             {
                 return Err(EngineError::conflict(format!(
@@ -461,7 +459,7 @@ fn check_batch(state: &State, events: &[&Event]) -> Result<(), EngineError> {
             }
             Event::InteractionResolved(r) => {
                 let id = r.interaction_id.as_str();
-                let known = state.interactions.get(id);
+                let known = state.maps().interactions.get(id);
                 if known.is_none() && !new_interactions.contains(id) {
                     return Err(EngineError::not_found(format!(
                         "events[{i}]: interaction {id:?}"
@@ -583,8 +581,10 @@ impl Root {
             last = Some(r);
             last_fork = None;
         }
-        // Listing facts saved by the last clean close (taken: never trusted after a crash).
-        if let Some(saved) = crate::catalog::take(dir)? {
+        // Listing facts saved by the last clean close (removed before the first commit, so
+        // never trusted after a crash that followed a change).
+        let (snapshot, saved) = crate::catalog::Snapshot::load(dir)?;
+        if let Some(saved) = saved {
             for (id, s) in saved {
                 if let Some(e) = registry.sessions.get_mut(&id) {
                     e.summary = Arc::new(Summary::from_saved(s));
@@ -596,11 +596,11 @@ impl Root {
         let shared = Arc::new(Shared {
             dir: dir.to_owned(),
             journal: Arc::new(crate::journal::Journal::new(ids.epoch())),
+            snapshot: Arc::new(snapshot),
             ids,
             blobs: BlobStore::new(dir),
             block_cache: logbook_log::BlockCache::new(options.block_cache_bytes),
             sessions_sync: crate::fsutil::SharedDirSync::default(),
-            synced_closed: Mutex::default(),
             options,
             _lock: lock_file,
             root_log,
@@ -726,8 +726,6 @@ impl Root {
         reg.reserved.remove(&id);
         reg.creating.remove(&p.operation);
         if registered.is_ok() {
-            // Its log was written with one fdatasync and never opened since.
-            lock(&sh.synced_closed).insert(id.clone());
             reg.receipts
                 .insert(p.operation.clone(), (params, id.clone()));
             let summary = Arc::new(Summary::created_now());
@@ -903,7 +901,7 @@ impl Root {
             bytes: crate::catalog::bytes_on_disk(dir),
             ..detail
         };
-        *lock(&summary.detail) = Some(detail.clone());
+        summary.set_detail(detail.clone());
         Ok(detail)
     }
 
@@ -1095,7 +1093,7 @@ impl Root {
         let params = records::params_digest("stop", &p.invocation);
         let inv = p.invocation;
         let mut build = |state: &State, first: u64| {
-            match state.invocations.get(&inv) {
+            match state.maps().invocations.get(&inv) {
                 None => {
                     return Err(EngineError::not_found(format!(
                         "invocation {inv:?} in Session {}",
@@ -1126,7 +1124,7 @@ impl Root {
         let s = self.session(&p.session_id)?;
         let params = records::params_digest("respond", &(&p.interaction_id, &p.response));
         let mut build = |state: &State, first: u64| {
-            match state.interactions.get(&p.interaction_id) {
+            match state.maps().interactions.get(&p.interaction_id) {
                 None => {
                     return Err(EngineError::not_found(format!(
                         "interaction {:?} in Session {}",
@@ -1255,12 +1253,17 @@ impl Root {
     pub fn attachments(&self, p: AttachmentsParams) -> Result<Vec<AttachmentMeta>, EngineError> {
         let s = self.session(&p.session_id)?;
         let inner = s.read();
-        let st = inner.state.invocations.get(&p.invocation).ok_or_else(|| {
-            EngineError::not_found(format!(
-                "invocation {:?} in Session {}",
-                p.invocation, p.session_id
-            ))
-        })?;
+        let st = inner
+            .state
+            .maps()
+            .invocations
+            .get(&p.invocation)
+            .ok_or_else(|| {
+                EngineError::not_found(format!(
+                    "invocation {:?} in Session {}",
+                    p.invocation, p.session_id
+                ))
+            })?;
         match s.event_at(&inner, st.message)? {
             Event::UserMessage(m) => Ok(m.attachments),
             _ => Err(EngineError::corrupt(
@@ -1545,12 +1548,8 @@ impl Shared {
             };
             freed += session.resident_bytes();
             session.close(self.options.search_tail_save_pairs_min);
-            let synced = session.log_fully_synced().then(|| session.id.clone());
             // The last reference: its files close and its threads end here, under the slot.
             drop(session);
-            if let Some(id) = synced {
-                lock(&self.synced_closed).insert(id);
-            }
             drop(guard);
             closed += 1;
         }
@@ -1623,14 +1622,10 @@ impl Shared {
             ));
         }
         let diags = self.extras.diags.of(id, &dir, self.log_config());
-        let config = logbook_log::LogConfig {
-            known_synced: lock(&self.synced_closed).remove(id),
-            ..self.log_config()
-        };
         let s = Arc::new(Session::open_with(
             id,
             &dir,
-            config,
+            self.log_config(),
             base,
             self.options.progress.clone(),
             diags,
@@ -1648,6 +1643,7 @@ impl Shared {
         let _ = s.activity.set(crate::journal::Activity {
             summary,
             journal: Arc::clone(&self.journal),
+            snapshot: Arc::clone(&self.snapshot),
         });
         if let Some(c) = &s.cut {
             self.options.progress.notice(&c.to_string());
@@ -1857,12 +1853,14 @@ impl Drop for Root {
         for id in ids.iter().filter(|id| self.shared.is_open(id)) {
             let _ = self.session_info(id);
         }
-        let saved: Vec<(String, crate::catalog::Saved)> = lock(&self.shared.registry)
-            .sessions
-            .iter()
-            .map(|(id, e)| (id.clone(), e.summary.saved()))
-            .collect();
-        let _ = crate::catalog::save(&self.shared.dir, &saved);
+        let reg = lock(&self.shared.registry);
+        let changed = reg.sessions.values().any(|e| e.summary.changed());
+        self.shared.snapshot.save_at_close(changed, || {
+            reg.sessions
+                .iter()
+                .map(|(id, e)| (id.clone(), e.summary.saved()))
+                .collect()
+        });
     }
 }
 

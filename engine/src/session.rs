@@ -942,12 +942,6 @@ impl Session {
             .save_tail(self, search_tail_save_pairs_min, false);
     }
 
-    /// Whether everything appended to the Session's log is durable (so a reopen of it by
-    /// this process need not sync it again: [`logbook_log::LogConfig::known_synced`]).
-    pub(crate) fn log_fully_synced(&self) -> bool {
-        self.log.fully_synced()
-    }
-
     /// From now on appends do not index their rows for search; the next search catches up.
     pub(crate) fn index_search_on_search(&self) {
         self.search_on_search.store(true, Ordering::Release);
@@ -1073,11 +1067,8 @@ impl Session {
         Ok((er.event, payload.len()))
     }
 
-    /// The sequence index named a location that does not hold the event: the index (derived)
-    /// is damaged. Drops the checkpoint so the next open rebuilds every index from the log,
-    /// and reports `corrupt` naming the index, so the client is not told its request was wrong.
     /// A read of event `sequence` at `loc` (from `seq.idx`) failed. Index entries carry
-    /// checksums checked at open and name records that were durable when written, so a
+    /// checksums checked when read and name records that were durable when written, so a
     /// failure inside the log is the log's damage: answered as such, and nothing derived is
     /// deleted to make it go away (the indexes are the proof of what the log held). Only an
     /// entry pointing past the log's end is the index's fault.
@@ -1088,6 +1079,10 @@ impl Session {
         e.into()
     }
 
+    /// The sequence index named a location that does not hold the event: the index (derived)
+    /// is damaged. Drops the checkpoint and marks the Session, so its next use opens it again
+    /// with every index rebuilt from the log, and reports `corrupt` naming the index, so the
+    /// client is not told its request was wrong.
     fn damaged_index(&self, sequence: u64, loc: Location, why: &str) -> EngineError {
         let index = self.dir.join("seq.idx");
         self.damaged.store(true, Ordering::Release);
@@ -1323,6 +1318,10 @@ impl Session {
             kind: records::KIND_RECEIPT,
             payload: &receipt,
         });
+        if let Some(a) = self.activity.get() {
+            // The catalog snapshot must not outlive a change it does not describe.
+            a.snapshot.before_change()?;
+        }
         let locs = self.log.append(&batch)?;
         #[cfg(test)]
         if tests::PANIC_AFTER_APPEND.with(|p| p.replace(false)) {

@@ -15,7 +15,7 @@
 //! | 12 | 4 | reserved, zero |
 //! | 16 | 8 | covered sequence (= the revision the state reflects) |
 //! | 24 | 8 | payload length P |
-//! | 32 | P | postcard of the state |
+//! | 32 | P | postcard of (revision, titles, first line, index coverage), then postcard of the maps |
 //! | 32+P | 4 | CRC-32 of bytes 0..32+P |
 
 use crate::error::EngineError;
@@ -24,11 +24,12 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::Path;
+use std::sync::{Arc, OnceLock};
 
 /// Magic bytes of a state checkpoint file.
 pub const CHECKPOINT_MAGIC: [u8; 8] = *b"LBSTATE\0";
 /// Version of the state checkpoint file.
-pub const CHECKPOINT_FORMAT_VERSION: u32 = 4;
+pub const CHECKPOINT_FORMAT_VERSION: u32 = 5;
 const CHECKPOINT_HEADER_BYTES: usize = 32;
 /// Largest checkpoint payload accepted on load, in bytes.
 pub const CHECKPOINT_PAYLOAD_BYTES_MAX: u64 = 1 << 30;
@@ -57,10 +58,11 @@ pub(crate) struct Coverage {
     pub receipts: u64,
 }
 
-/// Everything the engine needs to answer queue/interaction questions and to mark rows hidden.
+/// The parts of the state that grow with the Session's history (one entry per Turn, per
+/// interaction, per internal tool call, per prepared context). Decoded from the checkpoint on
+/// first use, not at open (see [`LazyMaps`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct State {
-    pub revision: u64,
+pub(crate) struct Maps {
     pub invocations: BTreeMap<String, InvocationState>,
     /// Unsettled invocations by their `userMessage` sequence.
     pub queue: BTreeMap<u64, String>,
@@ -72,12 +74,67 @@ pub(crate) struct State {
     pub internal_calls: BTreeMap<String, u64>,
     /// Sequences of `contextPrepared` events, ascending.
     pub contexts: Vec<u64>,
+}
+
+/// [`Maps`] as loaded from a checkpoint: its encoded bytes (checksummed with the rest of the
+/// file when it was read) until the first use decodes them. Opening a Session and reading
+/// its history never needs them, so an open costs the same however long the history is.
+#[derive(Clone, Default)]
+pub(crate) struct LazyMaps {
+    maps: OnceLock<Maps>,
+    encoded: Option<Arc<[u8]>>,
+}
+
+impl LazyMaps {
+    fn get(&self) -> &Maps {
+        self.maps.get_or_init(|| match &self.encoded {
+            // The bytes passed the checkpoint's CRC and were written by this format version:
+            // a decode failure is a bug in this build, not damage on disk.
+            Some(b) => {
+                postcard::from_bytes(b).expect("a checksummed checkpoint of this version decodes")
+            }
+            None => Maps::default(),
+        })
+    }
+
+    fn get_mut(&mut self) -> &mut Maps {
+        self.get();
+        self.encoded = None;
+        self.maps.get_mut().expect("decoded above")
+    }
+}
+
+impl PartialEq for LazyMaps {
+    fn eq(&self, other: &Self) -> bool {
+        self.get() == other.get()
+    }
+}
+
+impl Eq for LazyMaps {}
+
+impl std::fmt::Debug for LazyMaps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.maps.get() {
+            Some(m) => m.fmt(f),
+            None => write!(f, "Maps(not decoded yet)"),
+        }
+    }
+}
+
+/// Everything the engine needs to answer queue/interaction questions and to mark rows hidden.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct State {
+    pub revision: u64,
     /// Every `titleSet` (sequence, title), ascending: the last is the Session's title. Kept
     /// whole so a fork's state at its fence needs no replay (titles are few and short).
     pub titles: Vec<(u64, String)>,
     /// The first user message's title line (sequence, text): the title when none was set.
     pub first_line: Option<(u64, String)>,
+    maps: LazyMaps,
 }
+
+/// What a checkpoint holds besides the maps: decoded at open.
+type Head = (u64, Vec<(u64, String)>, Option<(u64, String)>, Coverage);
 
 /// Most characters of the title taken from the first user message.
 pub const TITLE_FROM_MESSAGE_CHARS_MAX: usize = 80;
@@ -96,13 +153,24 @@ pub(crate) fn title_line(text: &str) -> Option<String> {
 }
 
 impl State {
+    /// The maps (decoded now if they were not yet).
+    pub(crate) fn maps(&self) -> &Maps {
+        self.maps.get()
+    }
+
+    /// The maps, to change them.
+    pub(crate) fn maps_mut(&mut self) -> &mut Maps {
+        self.maps.get_mut()
+    }
+
     /// Folds event `sequence` in. Must be called for every event in sequence order.
     pub(crate) fn apply(&mut self, sequence: u64, event: &Event) {
         debug_assert_eq!(sequence, self.revision + 1, "events are applied densely");
         self.revision = sequence;
         match event {
             Event::UserMessage(m) => {
-                self.invocations.insert(
+                let maps = self.maps.get_mut();
+                maps.invocations.insert(
                     m.invocation.clone(),
                     InvocationState {
                         message: sequence,
@@ -110,17 +178,18 @@ impl State {
                         settled_at: 0,
                     },
                 );
-                self.queue.insert(sequence, m.invocation.clone());
+                maps.queue.insert(sequence, m.invocation.clone());
                 if self.first_line.is_none() {
                     self.first_line = title_line(&m.text).map(|t| (sequence, t));
                 }
             }
             Event::TurnSettled(t) => {
-                if let Some(inv) = self.invocations.get_mut(&t.invocation) {
+                let maps = self.maps.get_mut();
+                if let Some(inv) = maps.invocations.get_mut(&t.invocation) {
                     if !inv.settled {
                         inv.settled = true;
                         inv.settled_at = sequence;
-                        self.queue.remove(&inv.message);
+                        maps.queue.remove(&inv.message);
                     }
                 }
             }
@@ -130,29 +199,35 @@ impl State {
                         id, internal: true, ..
                     } = item
                     {
-                        self.internal_calls.entry(id.clone()).or_insert(sequence);
+                        self.maps
+                            .get_mut()
+                            .internal_calls
+                            .entry(id.clone())
+                            .or_insert(sequence);
                     }
                 }
             }
             Event::InteractionRequested(i) => {
-                self.interactions.insert(
+                let maps = self.maps.get_mut();
+                maps.interactions.insert(
                     i.interaction_id.clone(),
                     InteractionState {
                         requested: sequence,
                         resolved: None,
                     },
                 );
-                self.pending.insert(sequence, i.interaction_id.clone());
+                maps.pending.insert(sequence, i.interaction_id.clone());
             }
             Event::InteractionResolved(r) => {
-                if let Some(s) = self.interactions.get_mut(&r.interaction_id) {
+                let maps = self.maps.get_mut();
+                if let Some(s) = maps.interactions.get_mut(&r.interaction_id) {
                     if s.resolved.is_none() {
                         s.resolved = Some(sequence);
-                        self.pending.remove(&s.requested);
+                        maps.pending.remove(&s.requested);
                     }
                 }
             }
-            Event::ContextPrepared(_) => self.contexts.push(sequence),
+            Event::ContextPrepared(_) => self.maps.get_mut().contexts.push(sequence),
             Event::TitleSet(t) => self.titles.push((sequence, t.title.clone())),
             Event::SessionCreated(_) | Event::ToolResult(_) | Event::StopRequested(_) => {}
         }
@@ -168,16 +243,26 @@ impl State {
 
     /// Is a row of this tool call (or its result) hidden?
     pub(crate) fn is_internal_call(&self, id: &str) -> bool {
-        self.internal_calls.contains_key(id)
+        self.maps().internal_calls.contains_key(id)
     }
 
     /// Writes the checkpoint atomically (temporary file, fsync, rename, fsync of the
     /// directory), recording how long the row and receipt indexes were when it was taken, so
     /// an index found shorter on open is rebuilt rather than trusted.
     pub(crate) fn save_covering(&self, path: &Path, cover: Coverage) -> Result<(), EngineError> {
-        let payload = postcard::to_allocvec(&(self, cover)).map_err(|e| {
+        let encode_err = |e: postcard::Error| {
             EngineError::corrupt(path, format!("cannot encode the state checkpoint: {e}"))
-        })?;
+        };
+        let mut payload =
+            postcard::to_allocvec(&(self.revision, &self.titles, &self.first_line, cover))
+                .map_err(encode_err)?;
+        match (self.maps.maps.get(), &self.maps.encoded) {
+            // Never decoded since it was loaded: the same bytes again.
+            (None, Some(b)) => payload.extend_from_slice(b),
+            _ => {
+                payload.extend_from_slice(&postcard::to_allocvec(self.maps()).map_err(encode_err)?)
+            }
+        }
         let mut bytes = Vec::with_capacity(CHECKPOINT_HEADER_BYTES + payload.len() + 4);
         bytes.extend_from_slice(&CHECKPOINT_MAGIC);
         bytes.extend_from_slice(&CHECKPOINT_FORMAT_VERSION.to_le_bytes());
@@ -219,8 +304,18 @@ impl State {
         if crc32fast::hash(&bytes[..end]) != crc {
             return None;
         }
-        let (state, cover): (State, Coverage) =
-            postcard::from_bytes(&bytes[CHECKPOINT_HEADER_BYTES..end]).ok()?;
+        let (head, maps): (Head, &[u8]) =
+            postcard::take_from_bytes(&bytes[CHECKPOINT_HEADER_BYTES..end]).ok()?;
+        let (revision, titles, first_line, cover) = head;
+        let state = State {
+            revision,
+            titles,
+            first_line,
+            maps: LazyMaps {
+                maps: OnceLock::new(),
+                encoded: Some(Arc::from(maps)),
+            },
+        };
         (state.revision == covered).then_some((state, cover))
     }
 }

@@ -197,6 +197,35 @@ fn listing(root: &Root) -> Vec<SessionInfo> {
     page(root, None, SESSIONS_PAGE_MAX, SessionOrder::LastActivity).sessions
 }
 
+/// The snapshot stays on disk while nothing changes, and goes before the first commit: a
+/// crash after that commit finds none, and the next clean close writes it again.
+#[test]
+fn the_catalog_snapshot_goes_before_the_first_commit() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("root");
+    {
+        let root = root_at(&dir);
+        for id in ["a", "b"] {
+            create(&root, id);
+            send(&root, id, "m", &format!("hello from {id}"));
+        }
+    }
+    let snap = dir.join("catalog.snap");
+    {
+        let root = Root::open(&dir).expect("reopen");
+        assert_eq!(info(&root, "a").revision, 2);
+        assert!(snap.exists(), "read, not taken");
+        send(&root, "b", "m2", "hello again");
+        assert!(!snap.exists(), "removed before the first commit");
+        set_title(&root, "b", "t2", "Renamed").expect("title");
+    }
+    assert!(snap.exists(), "written again by the clean close");
+    let root = Root::open(&dir).expect("reopen");
+    assert_eq!(info(&root, "b").title.as_deref(), Some("Renamed"));
+    assert_eq!(info(&root, "b").revision, 4);
+    assert_eq!(listing(&root)[0].session_id, "b", "b changed last");
+}
+
 #[test]
 fn the_listing_survives_clean_and_unclean_restarts() {
     let tmp = tempfile::tempdir().expect("tmp");
@@ -215,15 +244,20 @@ fn the_listing_survives_clean_and_unclean_restarts() {
         dir.join("catalog.snap").exists(),
         "a clean close saves the catalog"
     );
+    let saved = std::fs::read(dir.join("catalog.snap")).expect("snapshot");
     {
         let root = Root::open(&dir).expect("reopen");
-        assert!(
-            !dir.join("catalog.snap").exists(),
-            "taken at open: never trusted after a crash"
-        );
         assert_eq!(listing(&root), before, "a clean restart lists the same");
+        assert!(!hist(&root, "b", None, None, 100, Direction::Forward)
+            .rows
+            .is_empty());
     }
-    // After a crash there is no snapshot (the open took it): the same as removing it now.
+    assert_eq!(
+        std::fs::read(dir.join("catalog.snap")).expect("snapshot"),
+        saved,
+        "an open that changed nothing leaves the snapshot as it was (no rewrite)"
+    );
+    // After a crash that followed a change there is no snapshot: the same as removing it now.
     std::fs::remove_file(dir.join("catalog.snap")).expect("rm snapshot");
     let root = Root::open(&dir).expect("reopen without a snapshot");
     let after = listing(&root);

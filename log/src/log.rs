@@ -47,6 +47,10 @@ pub const PREALLOCATE_FIRST_BYTES: u64 = 16 << 10;
 /// Root of thousands of Sessions must not cost a thread per log. They exist only while there
 /// is sealing to do.
 pub const SEALER_THREADS_MAX: usize = 2;
+/// Name of the empty file in a log directory that says a handle may have written bytes no
+/// fdatasync covered yet: made before a handle's first write, removed when it drops with every
+/// byte synced. An open that finds it syncs the newest segment first (see docs/format.md).
+pub const UNSYNCED_MARK: &str = "unsynced";
 /// Zero-filling writes at most this many bytes per `pwrite`.
 const ZERO_FILL_WRITE_BYTES: usize = 1 << 20;
 /// Bytes a reader takes from an active segment in one system call: the record it is after
@@ -92,11 +96,6 @@ pub struct LogConfig {
     /// their Sessions' logs only through a config), like the `*_with_fs` constructors.
     #[doc(hidden)]
     pub fs: Option<Arc<dyn FileSystem>>,
-    /// Set by a caller that knows every byte in the log's files was made durable by an
-    /// earlier handle of this process that dropped cleanly ([`Log::fully_synced`] was true
-    /// when it went): open then skips the fdatasync it otherwise does for bytes a killed
-    /// process may have left in the page cache only. Read only by open.
-    pub known_synced: bool,
 }
 
 impl Default for LogConfig {
@@ -107,7 +106,6 @@ impl Default for LogConfig {
             preallocate_bytes: PREALLOCATE_BYTES,
             block_cache: None,
             fs: None,
-            known_synced: false,
         }
     }
 }
@@ -428,6 +426,9 @@ struct Writer {
     prealloc_step: u64,
     /// Number of batches written so far (group commit compares against it).
     seq: u64,
+    /// The log directory holds the [`UNSYNCED_MARK`] file (this handle made it, or found it
+    /// and could not remove it).
+    marked: bool,
     poisoned: Option<String>,
 }
 
@@ -779,6 +780,7 @@ impl Log {
             file_end,
             true,
             Vec::new(),
+            false,
         );
         Ok((log, locations))
     }
@@ -976,11 +978,18 @@ impl Log {
                 .map_err(|e| LogError::io(dir, "fsync directory", e))?;
         }
         // Bytes that survived a killed process may still sit in the page cache only; sync them
-        // before any frame's durable mark claims them (unless the caller knows they are not).
-        // A cut above synced what it changed; nothing else changed if nothing was cut.
-        if !config.known_synced || rec.cut_bytes > 0 {
+        // before any frame's durable mark claims them. A handle writes the `unsynced` mark
+        // before its first byte and removes it only when it drops with every byte synced, so
+        // without the mark there are none (a power loss empties the page cache, and with it
+        // an unsynced mark too: what is read then is on disk). A cut above synced what it
+        // changed. The mark goes once the sync is done: this handle makes its own.
+        let mut marked = names.iter().any(|n| n == UNSYNCED_MARK);
+        if marked || rec.cut_bytes > 0 {
             file.sync_data()
                 .map_err(|e| LogError::io(&path, "fdatasync", e))?;
+        }
+        if marked {
+            marked = fs.remove_file(&dir.join(UNSYNCED_MARK)).is_err();
         }
         debug_assert_eq!(
             segments.keys().next_back(),
@@ -1000,6 +1009,7 @@ impl Log {
                 file_end,
                 preallocated,
                 to_seal,
+                marked,
             ),
             rec,
         ))
@@ -1018,6 +1028,7 @@ impl Log {
         file_end: u64,
         preallocated: bool,
         to_seal: Vec<u64>,
+        marked: bool,
     ) -> Log {
         let preallocates = preallocated && config.preallocates();
         let cache = LogCache::new(
@@ -1059,6 +1070,7 @@ impl Log {
                 prealloc_step,
                 seq: 0,
                 poisoned: None,
+                marked,
             }),
             commit: Mutex::new(Commit::default()),
             commit_cv: Condvar::new(),
@@ -1183,8 +1195,7 @@ impl Log {
     }
 
     /// True when every byte appended so far is covered by a completed fdatasync and the log
-    /// is not poisoned: a handle dropped now leaves nothing that a later open in this process
-    /// must sync (see [`LogConfig::known_synced`]).
+    /// is not poisoned: a handle dropped now leaves nothing that a later open must sync.
     pub fn fully_synced(&self) -> bool {
         let w = lock(&self.shared.writer);
         w.poisoned.is_none() && w.buf.is_empty() && w.synced >= w.flushed
@@ -1226,10 +1237,19 @@ impl Drop for Log {
             if self.shared.config.durability == Durability::NoSyncBulkImport && w.poisoned.is_none()
             {
                 // Best effort: a caller who needs to know calls `sync()` first.
-                let _ = self.shared.flush(&mut w);
-                let _ = w.file.sync_data();
+                if self.shared.flush(&mut w).is_ok() && w.file.sync_data().is_ok() {
+                    w.synced = w.flushed;
+                }
             }
             if LogInstances::unregister(self.instance) {
+                let synced = w.poisoned.is_none() && w.buf.is_empty() && w.synced >= w.flushed;
+                if w.marked && synced {
+                    // Every byte this handle wrote is durable: the next open need not sync.
+                    let _ = self
+                        .shared
+                        .fs
+                        .remove_file(&self.shared.dir.join(UNSYNCED_MARK));
+                }
                 self.shared.give_back_zeros(&mut w);
             }
         }
@@ -1711,6 +1731,18 @@ impl Shared {
     fn flush(&self, w: &mut Writer) -> Result<(), LogError> {
         if w.buf.is_empty() {
             return Ok(());
+        }
+        if !w.marked {
+            // Before the first byte that no fdatasync covers: a later open sees the mark and
+            // syncs (see `open_inner`). Not synced itself: only a killed process leaves bytes
+            // in the page cache alone, and then the mark is there as well.
+            let p = self.dir.join(UNSYNCED_MARK);
+            match self.fs.create_new(&p) {
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(LogError::io(&p, "create the unsynced mark", e)),
+            }
+            w.marked = true;
         }
         write_all_at(&*w.file, &w.buf, w.flushed).map_err(|e| LogError::io(&w.path, "write", e))?;
         w.flushed += w.buf.len() as u64;

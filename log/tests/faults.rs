@@ -516,3 +516,70 @@ fn full_disk_while_the_zero_region_grows_loses_nothing_and_recovers() {
     assert_eq!(payloads(&log), want);
     log.verify().unwrap();
 }
+
+/// An open syncs the newest segment only when a handle may have left bytes no fdatasync
+/// covered: the `unsynced` mark is made before a handle's first write and removed by a drop
+/// with every byte synced, so a clean close costs the next open no fdatasync, and a killed
+/// handle (here: one never dropped) leaves the mark, and its next open syncs.
+#[test]
+fn open_syncs_only_after_a_handle_that_left_unsynced_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("l");
+    let mark = d.join(logbook_log::UNSYNCED_MARK);
+    let open = |c: LogConfig| {
+        let (fs, faults) = FaultyFs::new();
+        let (log, _) = Log::open_with_fs(&d, c, Arc::new(fs)).unwrap();
+        (log, faults)
+    };
+    let (log, _) = faulty(&d, cfg(1 << 20));
+    assert!(!mark.exists(), "a new log is synced as created");
+    log.append(&rec(b"one")).unwrap();
+    assert!(mark.exists(), "made before the first write");
+    drop(log);
+    assert!(!mark.exists(), "a drop with every byte synced removes it");
+    let (log, faults) = open(cfg(1 << 20));
+    assert_eq!(
+        faults.count(Op::Sync),
+        0,
+        "a clean close costs the next open no sync"
+    );
+    log.append(&rec(b"two")).unwrap();
+    std::mem::forget(log);
+    assert!(mark.exists(), "a handle that never dropped leaves it");
+    let (log, faults) = open(cfg(1 << 20));
+    assert_eq!(
+        faults.count(Op::Sync),
+        1,
+        "after an unclean end the open syncs"
+    );
+    assert!(!mark.exists(), "and removes the mark once synced");
+    assert_eq!(payloads(&log), [b"one".to_vec(), b"two".to_vec()]);
+    drop(log);
+    // Bulk import acknowledges before syncing, and writes when its buffer fills: its drop
+    // syncs, then removes the mark; a killed one leaves what it wrote, and the mark.
+    let bulk = LogConfig {
+        durability: Durability::NoSyncBulkImport,
+        ..cfg(16 << 20)
+    };
+    let big = vec![7u8; 3 << 20];
+    let (log, _) = open(bulk.clone());
+    log.append(&rec(&big)).unwrap();
+    assert!(mark.exists(), "a full buffer was written");
+    drop(log);
+    assert!(!mark.exists());
+    let (log, faults) = open(bulk.clone());
+    assert_eq!(faults.count(Op::Sync), 0);
+    log.append(&rec(&big)).unwrap();
+    std::mem::forget(log);
+    assert!(mark.exists());
+    let (log, faults) = open(bulk);
+    assert_eq!(faults.count(Op::Sync), 1);
+    assert_eq!(payloads(&log).len(), 4);
+    // A mark that cannot be made fails the write: no byte goes out unmarked.
+    drop(log);
+    let (fs, faults) = FaultyFs::new();
+    let (log, _) = Log::open_with_fs(&d, cfg(1 << 20), Arc::new(fs)).unwrap();
+    faults.arm_on(Op::Create, logbook_log::UNSYNCED_MARK, 0, Injected::Eio);
+    let e = log.append(&rec(b"refused")).unwrap_err();
+    assert!(e.to_string().contains("unsynced"), "{e}");
+}

@@ -864,7 +864,7 @@ impl Session {
         if let Some(b) = base {
             filter.union(&b);
         }
-        *lock(&activity.summary.filter) = Some(Arc::new(filter));
+        activity.summary.set_filter(Arc::new(filter));
         Ok(())
     }
 
