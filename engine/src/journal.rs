@@ -53,6 +53,8 @@ pub(crate) struct Activity {
     pub journal: Arc<Journal>,
     /// Removed before the Session's first commit of this open (see `crate::catalog`).
     pub snapshot: Arc<crate::catalog::Snapshot>,
+    /// Started by the first commit: the commit gave it index entries to sync.
+    pub flusher: Arc<crate::root::Flusher>,
 }
 
 impl Activity {
@@ -66,6 +68,7 @@ impl Activity {
             .lock()
             .unwrap_or_else(|p| p.into_inner()) = None;
         self.journal.record(session_id, first, &self.summary);
+        self.flusher.ensure_started();
     }
 }
 

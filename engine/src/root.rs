@@ -218,6 +218,8 @@ pub(crate) struct Shared {
     pub(crate) extras: crate::fork::Extras,
     stop: Mutex<bool>,
     stop_signal: Condvar,
+    /// The index sync thread, started on first need.
+    pub(crate) flusher: Arc<Flusher>,
     /// Signalled when a reservation in the registry ends (see [`Registry::reserved`]).
     pub(crate) reservation_ended: Condvar,
     /// Torn tails cut by the opens of this process (see [`Root::recoveries`]).
@@ -239,7 +241,48 @@ const IDLE_REFERENCES: usize = 2;
 /// An open Root. `Send + Sync`; every method takes `&self`. One writer process per Root.
 pub struct Root {
     pub(crate) shared: Arc<Shared>,
-    flusher: Option<JoinHandle<()>>,
+}
+
+/// The background thread that makes derived indexes durable (`Shared::flush_loop`). It is
+/// started by the first change that gives it work (a commit, or a Session whose open replayed
+/// part of its log), so a Root opened to read starts no thread at all.
+#[derive(Default)]
+pub(crate) struct Flusher {
+    /// The Root's shared state, for the thread to work on; set once the Root is built.
+    shared: std::sync::OnceLock<std::sync::Weak<Shared>>,
+    started: AtomicBool,
+    handle: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Flusher {
+    /// Starts the thread unless it runs already (or the Root is closing). A failure to start
+    /// it is ignored: indexes are then synced at close, and rebuilt by an open after a crash.
+    pub(crate) fn ensure_started(&self) {
+        if self.started.load(Ordering::Acquire) {
+            return;
+        }
+        let mut handle = lock(&self.handle);
+        let Some(shared) = self.shared.get().and_then(std::sync::Weak::upgrade) else {
+            return;
+        };
+        if self.started.load(Ordering::Acquire) || *lock(&shared.stop) {
+            return;
+        }
+        let spawned = std::thread::Builder::new()
+            .name("logbook-index-sync".into())
+            .spawn(move || shared.flush_loop());
+        if let Ok(h) = spawned {
+            *handle = Some(h);
+            self.started.store(true, Ordering::Release);
+        }
+    }
+
+    /// Ends the thread (the caller has set `stop`) and waits for it.
+    fn join(&self) {
+        if let Some(h) = lock(&self.handle).take() {
+            let _ = h.join();
+        }
+    }
 }
 
 impl std::fmt::Debug for Root {
@@ -614,22 +657,16 @@ impl Root {
             reservation_ended: Condvar::new(),
             cuts: Mutex::new(cuts),
             waits_ended: AtomicBool::new(false),
+            flusher: Arc::new(Flusher::default()),
         });
+        let _ = shared.flusher.shared.set(Arc::downgrade(&shared));
         // Creations are serialised and finished before the next starts, so only the last
         // registered Session can lack its directory.
         if let Some(r) = last {
             shared.materialize(&r.session_id, r.workspace, r.branch)?;
         }
         crate::fork::finish_on_open(&shared, last_fork.as_ref())?;
-        let worker = Arc::clone(&shared);
-        let flusher = std::thread::Builder::new()
-            .name("logbook-index-sync".into())
-            .spawn(move || worker.flush_loop())
-            .map_err(|e| EngineError::io(dir, "start the index sync thread", e))?;
-        Ok(Root {
-            shared,
-            flusher: Some(flusher),
-        })
+        Ok(Root { shared })
     }
 
     /// The Root directory.
@@ -1644,7 +1681,12 @@ impl Shared {
             summary,
             journal: Arc::clone(&self.journal),
             snapshot: Arc::clone(&self.snapshot),
+            flusher: Arc::clone(&self.flusher),
         });
+        if s.indexes_dirty() {
+            // Its open replayed part of its log: the indexes have entries to sync.
+            self.flusher.ensure_started();
+        }
         if let Some(c) = &s.cut {
             self.options.progress.notice(&c.to_string());
             lock(&self.cuts).push(c.clone());
@@ -1833,9 +1875,7 @@ impl Drop for Root {
     fn drop(&mut self) {
         *lock(&self.shared.stop) = true;
         self.shared.stop_signal.notify_all();
-        if let Some(h) = self.flusher.take() {
-            let _ = h.join();
-        }
+        self.shared.flusher.join();
         let _ = self.shared.sync_all(Checkpoint::Close);
         // Large search tails are saved so the first search after the next open need not
         // index the active segment again.

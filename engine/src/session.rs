@@ -909,6 +909,11 @@ impl Session {
         Ok(())
     }
 
+    /// True when the indexes hold entries that a sync has not written yet.
+    pub(crate) fn indexes_dirty(&self) -> bool {
+        self.dirty.load(Ordering::Acquire)
+    }
+
     /// Records a use at `tick` of the Root's use counter (for the open-Session cache).
     pub(crate) fn touch(&self, tick: u64) {
         self.last_use.store(tick, Ordering::Relaxed);

@@ -82,7 +82,20 @@ pub(crate) struct Maps {
 #[derive(Clone, Default)]
 pub(crate) struct LazyMaps {
     maps: OnceLock<Maps>,
-    encoded: Option<Arc<[u8]>>,
+    encoded: Option<Encoded>,
+}
+
+/// Bytes `range` of a checkpoint file as it was read (kept whole: no second copy).
+#[derive(Clone)]
+struct Encoded {
+    file: Arc<Vec<u8>>,
+    range: std::ops::Range<usize>,
+}
+
+impl Encoded {
+    fn bytes(&self) -> &[u8] {
+        &self.file[self.range.clone()]
+    }
 }
 
 impl LazyMaps {
@@ -90,9 +103,8 @@ impl LazyMaps {
         self.maps.get_or_init(|| match &self.encoded {
             // The bytes passed the checkpoint's CRC and were written by this format version:
             // a decode failure is a bug in this build, not damage on disk.
-            Some(b) => {
-                postcard::from_bytes(b).expect("a checksummed checkpoint of this version decodes")
-            }
+            Some(e) => postcard::from_bytes(e.bytes())
+                .expect("a checksummed checkpoint of this version decodes"),
             None => Maps::default(),
         })
     }
@@ -258,7 +270,7 @@ impl State {
                 .map_err(encode_err)?;
         match (self.maps.maps.get(), &self.maps.encoded) {
             // Never decoded since it was loaded: the same bytes again.
-            (None, Some(b)) => payload.extend_from_slice(b),
+            (None, Some(e)) => payload.extend_from_slice(e.bytes()),
             _ => {
                 payload.extend_from_slice(&postcard::to_allocvec(self.maps()).map_err(encode_err)?)
             }
@@ -282,10 +294,15 @@ impl State {
         Self::load_covering(path).map(|(state, _)| state)
     }
 
-    /// Loads a checkpoint and the index lengths it was taken with; `None` as for `load`.
+    /// Loads a checkpoint and the index lengths it was taken with; `None` as for `load`. Its
+    /// CRC is checked and the head decoded; the maps stay encoded until their first use.
     pub(crate) fn load_covering(path: &Path) -> Option<(State, Coverage)> {
-        let bytes = std::fs::read(path).ok()?;
-        if bytes.len() < CHECKPOINT_HEADER_BYTES + 4 || bytes[..8] != CHECKPOINT_MAGIC {
+        let file = Arc::new(std::fs::read(path).ok()?);
+        if file.len() < CHECKPOINT_HEADER_BYTES + 4 {
+            return None;
+        }
+        let bytes: &[u8] = &file;
+        if bytes[..8] != CHECKPOINT_MAGIC {
             return None;
         }
         let version = u32::from_le_bytes(bytes[8..12].try_into().ok()?);
@@ -293,9 +310,9 @@ impl State {
             return None;
         }
         let covered = u64::from_le_bytes(bytes[16..24].try_into().ok()?);
-        let len = u64::from_le_bytes(bytes[24..32].try_into().ok()?);
-        if len > CHECKPOINT_PAYLOAD_BYTES_MAX
-            || (bytes.len() as u64) != CHECKPOINT_HEADER_BYTES as u64 + len + 4
+        let payload_len = u64::from_le_bytes(bytes[24..32].try_into().ok()?);
+        if payload_len > CHECKPOINT_PAYLOAD_BYTES_MAX
+            || (bytes.len() as u64) != CHECKPOINT_HEADER_BYTES as u64 + payload_len + 4
         {
             return None;
         }
@@ -307,13 +324,17 @@ impl State {
         let (head, maps): (Head, &[u8]) =
             postcard::take_from_bytes(&bytes[CHECKPOINT_HEADER_BYTES..end]).ok()?;
         let (revision, titles, first_line, cover) = head;
+        let range = end - maps.len()..end;
         let state = State {
             revision,
             titles,
             first_line,
             maps: LazyMaps {
                 maps: OnceLock::new(),
-                encoded: Some(Arc::from(maps)),
+                encoded: Some(Encoded {
+                    file: Arc::clone(&file),
+                    range,
+                }),
             },
         };
         (state.revision == covered).then_some((state, cover))

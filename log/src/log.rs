@@ -429,6 +429,8 @@ struct Writer {
     /// The log directory holds the [`UNSYNCED_MARK`] file (this handle made it, or found it
     /// and could not remove it).
     marked: bool,
+    /// This handle zero-filled a region of the current segment (see `give_back_zeros`).
+    zero_filled: bool,
     poisoned: Option<String>,
 }
 
@@ -1071,6 +1073,7 @@ impl Log {
                 seq: 0,
                 poisoned: None,
                 marked,
+                zero_filled: false,
             }),
             commit: Mutex::new(Commit::default()),
             commit_cv: Condvar::new(),
@@ -1500,9 +1503,13 @@ impl Shared {
     /// reaches the disk leaves the zeros, which are clean too. A poisoned log is left as it is
     /// (its tail is for the next open, after `cut_unsynced`, to judge).
     fn give_back_zeros(&self, w: &mut Writer) {
-        // Also when `file_end == flushed`: a zero-fill that failed half way (a full disk) may
-        // have left zeros past `file_end`.
+        // Also when `file_end == flushed` after a zero-fill: one that failed half way (a full
+        // disk) may have left zeros past `file_end`. A handle that never zero-filled and found
+        // none (a log opened to be read) has nothing to give back, and skips the syscall.
         if !w.preallocates || w.poisoned.is_some() || !w.buf.is_empty() {
+            return;
+        }
+        if w.file_end == w.flushed && !w.zero_filled {
             return;
         }
         if w.file.set_len(w.flushed).is_ok() {
@@ -1721,6 +1728,7 @@ impl Shared {
         // fdatasync makes the zeros, the new length and the batch durable at once (one sync
         // per extension instead of two). Until then nothing past `synced` was promised, and
         // recovery judges whatever a crash leaves there as it would any unsynced tail.
+        w.zero_filled = true;
         zero_fill(&*w.file, w.file_end.max(w.flushed), target)
             .map_err(|e| LogError::io(&w.path, "preallocate (zero-fill)", e))?;
         w.file_end = target;
