@@ -175,11 +175,13 @@ pub(crate) fn load_record(
     Ok((r.session_id.clone(), entry, r))
 }
 
-/// Finishes the rename of the last committed fork if a crash interrupted it, and removes
-/// staging directories of forks that never committed.
+/// Finishes the rename of the last committed fork if a crash interrupted it, and (`scan`:
+/// after an unclean end) removes staging directories of forks that never committed. A layered
+/// fork's directory half-made by a crash is also made again by its next open.
 pub(crate) fn finish_on_open(
     shared: &Shared,
     last: Option<&ForkRecord>,
+    scan: bool,
 ) -> Result<(), EngineError> {
     let sessions = shared.dir.join(SESSIONS_DIR);
     if let Some(r) = last {
@@ -198,6 +200,10 @@ pub(crate) fn finish_on_open(
         }
     }
     // Any staging directory left now belongs to a fork that never committed: never visible.
+    // Looked for only after an unclean end (`scan`): listing `sessions/` costs O(Sessions).
+    if !scan {
+        return Ok(());
+    }
     let entries =
         std::fs::read_dir(&sessions).map_err(|e| EngineError::io(&sessions, "list", e))?;
     let mut removed = false;

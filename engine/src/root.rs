@@ -627,6 +627,9 @@ impl Root {
         // Listing facts saved by the last clean close (removed before the first commit, so
         // never trusted after a crash that followed a change).
         let (snapshot, saved) = crate::catalog::Snapshot::load(dir)?;
+        // A snapshot on disk means the last close was clean and nothing changed since: no
+        // half-made fork can be lying about, and the open need not list `sessions/`.
+        let closed_cleanly = saved.is_some();
         if let Some(saved) = saved {
             for (id, s) in saved {
                 if let Some(e) = registry.sessions.get_mut(&id) {
@@ -665,7 +668,7 @@ impl Root {
         if let Some(r) = last {
             shared.materialize(&r.session_id, r.workspace, r.branch)?;
         }
-        crate::fork::finish_on_open(&shared, last_fork.as_ref())?;
+        crate::fork::finish_on_open(&shared, last_fork.as_ref(), !closed_cleanly)?;
         Ok(Root { shared })
     }
 
