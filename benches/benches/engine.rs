@@ -1,7 +1,7 @@
 //! Engine benchmarks: history pages, bulk append, open; each beside its peers on the same rows
 //! (one JSONL file per Session, parsed to page as agent tools do; SQLite, a plain table).
 //!
-//! Corpus: `LOGBOOK_CORPUS` (default /work/corpus/rows100.jsonl), one Session holding every row;
+//! Corpus: `LOGBOOK_CORPUS` (default `target/corpus/rows100.jsonl`, see `logbook_benches::corpus_files`), one Session holding every row;
 //! several paths separated by commas run every group once per corpus (sizes side by side, e.g.
 //! to see that the last page does not grow with history).
 //! Run: `cargo bench -p logbook-benches --bench engine -- --warm-up-time 1 --measurement-time 3`
@@ -20,22 +20,9 @@ struct CorpusRow {
     line: String,
 }
 
-fn corpus_paths() -> Vec<PathBuf> {
-    let list =
-        std::env::var("LOGBOOK_CORPUS").unwrap_or_else(|_| "/work/corpus/rows100.jsonl".into());
-    list.split(',')
-        .filter(|p| !p.is_empty())
-        .map(PathBuf::from)
-        .collect()
-}
-
 fn load_corpus(path: &Path) -> Vec<CorpusRow> {
-    let f = std::fs::File::open(path).unwrap_or_else(|e| {
-        panic!(
-            "corpus {}: {e} (see /work/shared/bench/README.md)",
-            path.display()
-        )
-    });
+    let f = std::fs::File::open(path)
+        .unwrap_or_else(|e| panic!("{}", logbook_benches::corpus_missing(path, &e)));
     std::io::BufReader::new(f)
         .lines()
         .map(|l| {
@@ -48,6 +35,28 @@ fn load_corpus(path: &Path) -> Vec<CorpusRow> {
             }
         })
         .collect()
+}
+
+/// The `logbook` command line: `LOGBOOK_BIN`, else the one built next to this bench
+/// (`target/release/logbook`).
+fn logbook_binary() -> Option<PathBuf> {
+    if let Ok(p) = std::env::var("LOGBOOK_BIN") {
+        return Some(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().ok()?;
+    let bin = exe.parent()?.parent()?.join("logbook");
+    bin.is_file().then_some(bin)
+}
+
+/// Runs a command to its end with its output read and dropped; panics when it fails.
+fn run_quiet(cmd: &mut std::process::Command) -> usize {
+    let out = cmd.output().expect("run");
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout.len()
 }
 
 fn size_label(rows: &[CorpusRow]) -> String {
@@ -301,7 +310,7 @@ fn history_params(
 
 fn benches(c: &mut Criterion) {
     let mut first = None;
-    for corpus in corpus_paths() {
+    for corpus in logbook_benches::corpus_files("rows100.jsonl") {
         let fx = fixture(&corpus);
         bench_corpus(c, &fx);
         first.get_or_insert(fx.rows);
@@ -555,6 +564,67 @@ fn bench_corpus(c: &mut Criterion, fx: &Fixture) {
                 black_box(sqlite_page(&c, i64::MAX, 128).len())
             })
         });
+        // The open-Session cache closed the Session (untimed), the next call opens it again.
+        let root = Root::open(&fx.root_dir).expect("open");
+        g.bench_function("logbook_reopen_evicted_and_last_page", |b| {
+            b.iter_batched(
+                || assert!(root.close_idle_sessions() <= 1),
+                |()| {
+                    let p = root
+                        .history(history_params(None, 128, Direction::Backward, None))
+                        .expect("page");
+                    black_box(p.rows.len())
+                },
+                criterion::BatchSize::PerIteration,
+            )
+        });
+        drop(root);
+        // Process start to the first answer: the command line against `sqlite3`'s.
+        match logbook_binary() {
+            Some(bin) => {
+                let root_dir = fx.root_dir.to_string_lossy().into_owned();
+                g.bench_function("logbook_cli_history", |b| {
+                    b.iter(|| {
+                        run_quiet(std::process::Command::new(&bin).args([
+                            "history",
+                            "s",
+                            "--backward",
+                            "--limit",
+                            "128",
+                            "--root",
+                            &root_dir,
+                        ]))
+                    })
+                });
+            }
+            None => eprintln!(
+                "engine/open: no logbook binary next to this bench (build it with \
+                 `cargo build --release -p logbook-api`, or name it in LOGBOOK_BIN): \
+                 logbook_cli_history not measured"
+            ),
+        }
+        if std::process::Command::new("sqlite3")
+            .arg("-version")
+            .output()
+            .is_ok_and(|o| o.status.success())
+        {
+            let db = fx
+                ._tmp
+                .path()
+                .join("rows.sqlite")
+                .to_string_lossy()
+                .into_owned();
+            g.bench_function("sqlite3_cli_last_page", |b| {
+                b.iter(|| {
+                    run_quiet(std::process::Command::new("sqlite3").args([
+                        &db,
+                        "SELECT id, role, body FROM rows ORDER BY id DESC LIMIT 128",
+                    ]))
+                })
+            });
+        } else {
+            eprintln!("engine/open: no sqlite3 command: sqlite3_cli_last_page not measured");
+        }
         g.finish();
     }
 

@@ -1,7 +1,7 @@
 //! Engine search on the real-text corpus, side by side with a plain scan and SQLite FTS5
 //! (trigram tokenizer), plus indexed ingest speed and on-disk size.
 //!
-//! Corpus: `LOGBOOK_SEARCH_CORPUS` (default `/work/corpus/rows100.jsonl`, rows
+//! Corpus: `LOGBOOK_SEARCH_CORPUS` (default `rows100.jsonl` in `logbook_benches::corpus_dir`, rows
 //! `{"id","session","role","ts","text"}`), all rows ingested into ONE Session in turns
 //! (user -> userMessage, assistant -> modelCompletion with one assistant item,
 //! toolResult -> toolResult) with `Durability::NoSyncBulkImport`.
@@ -38,9 +38,11 @@ struct Corpus {
 }
 
 fn load() -> Corpus {
-    let path = std::env::var("LOGBOOK_SEARCH_CORPUS")
-        .unwrap_or_else(|_| "/work/corpus/rows100.jsonl".into());
-    let data = std::fs::read_to_string(&path).expect("corpus file (see /work/shared/bench)");
+    let path = match std::env::var_os("LOGBOOK_SEARCH_CORPUS") {
+        Some(p) => std::path::PathBuf::from(p),
+        None => logbook_benches::corpus_dir().join("rows100.jsonl"),
+    };
+    let data = logbook_benches::read_corpus(&path);
     let mut rows = Vec::new();
     let mut text_bytes = 0u64;
     for line in data.lines() {

@@ -12,7 +12,7 @@
 //! Run: `cargo bench -p logbook-benches --bench root -- --warm-up-time 1 --measurement-time 3`
 //! (`LOGBOOK_BENCH_SESSIONS=1000,10000` picks the sizes; 1,000 by default).
 //! `LOGBOOK_BENCH_CORPUS_SERVE=1` also ingests the bench corpus (`LOGBOOK_CORPUS`, default
-//! /work/corpus/rows500.jsonl) through the server beside one JSONL file per Session.
+//! `target/corpus/rows500.jsonl`) through the server beside one JSONL file per Session.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use logbook_engine::*;
@@ -269,19 +269,16 @@ fn serve_ingest(n: usize, tmp: &Path, peer_mb_s: f64) {
 /// Corpus rows by Session: (session name, its rows in file order).
 type CorpusSessions = Vec<(String, Vec<serde_json::Value>)>;
 
-/// The bench corpus (`LOGBOOK_CORPUS`, default /work/corpus/rows500.jsonl; see
-/// /work/shared/bench/README.md): rows grouped by Session, in file order.
+/// The bench corpus (`LOGBOOK_CORPUS`, default `target/corpus/rows500.jsonl`; see
+/// `logbook_benches::corpus_files`): rows grouped by Session, in file order.
 fn corpus_sessions() -> Option<(std::path::PathBuf, CorpusSessions)> {
-    let path = std::path::PathBuf::from(
-        std::env::var("LOGBOOK_CORPUS").unwrap_or_else(|_| "/work/corpus/rows500.jsonl".into()),
-    );
+    let path = logbook_benches::corpus_files("rows500.jsonl").remove(0);
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
         Err(e) => {
             println!(
-                "root/corpus_over_serve: skipped, corpus {}: {e} (make it with \
-                 /work/shared/bench/corpus.py, see its README; LOGBOOK_CORPUS names the file)",
-                path.display()
+                "root/corpus_over_serve: skipped, {}",
+                logbook_benches::corpus_missing(&path, &e)
             );
             return None;
         }

@@ -1,11 +1,11 @@
-//! Search index benches on the real-text corpus (see /work/shared/bench/README.md
+//! Search index benches on the real-text corpus (see docs/benchmarks.md, "Corpus",
 //! for the recipe): trigram postings + `Matcher` verification, against a full
 //! scan with `Matcher` and SQLite FTS5 with the trigram tokenizer, in the same
 //! groups. Index level only (no engine): the rows' texts are held in memory,
 //! split into segments of 64 MiB of text, one postings file per segment.
 //!
 //! `LOGBOOK_BENCH_CORPUS=20|100|500` picks `body<N>.bin` (default 100, falling
-//! back to 20 when absent); `LOGBOOK_CORPUS_DIR` (default /work/corpus).
+//! back to 20 when absent); `LOGBOOK_CORPUS_DIR` (default `target/corpus`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::hint::black_box;
@@ -40,9 +40,7 @@ struct Corpus {
 }
 
 fn corpus_path() -> (PathBuf, String) {
-    let dir = PathBuf::from(
-        std::env::var("LOGBOOK_CORPUS_DIR").unwrap_or_else(|_| "/work/corpus".into()),
-    );
+    let dir = logbook_benches::corpus_dir();
     let want = std::env::var("LOGBOOK_BENCH_CORPUS").unwrap_or_else(|_| "100".into());
     let p = dir.join(format!("body{want}.bin"));
     if p.exists() {
@@ -54,7 +52,7 @@ fn corpus_path() -> (PathBuf, String) {
 
 fn load_texts(path: &Path) -> Vec<String> {
     let body = std::fs::read(path)
-        .unwrap_or_else(|e| panic!("{}: {e} (generate the corpus first)", path.display()));
+        .unwrap_or_else(|e| panic!("{}", logbook_benches::corpus_missing(path, &e)));
     body.split(|&b| b == 0x1E)
         .map(|t| String::from_utf8(t.to_vec()).expect("corpus rows are UTF-8"))
         .collect()

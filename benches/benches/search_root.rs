@@ -2,8 +2,8 @@
 //! tokenizer) over ONE table of the same rows, in the same run (criterion group
 //! `search/root`).
 //!
-//! Corpus: `LOGBOOK_CORPUS` (default `/work/corpus/rows500.jsonl`; made by the recipe in
-//! `../shared/bench/README.md`), rows `{"id","session","role","ts","text"}`. Layouts
+//! Corpus: `LOGBOOK_CORPUS` (default `target/corpus/rows500.jsonl`; made by the recipe in
+//! docs/benchmarks.md, "Corpus"), rows `{"id","session","role","ts","text"}`. Layouts
 //! (`LOGBOOK_SEARCH_ROOT_LAYOUTS`, default `corpus,10000`): `corpus` keeps the corpus's own
 //! Sessions; a number N deals the rows into N Sessions in runs of consecutive rows.
 //! Rows are ingested through the engine (user rows as `userMessage`, the others as
@@ -32,15 +32,8 @@ struct Row {
 }
 
 fn load() -> (Vec<Row>, u64, String) {
-    let path =
-        std::env::var("LOGBOOK_CORPUS").unwrap_or_else(|_| "/work/corpus/rows500.jsonl".into());
-    let data = std::fs::read_to_string(&path).unwrap_or_else(|e| {
-        panic!(
-            "corpus {path}: {e}; make it with the recipe in ../shared/bench/README.md \
-             (fetch-crates.sh, then corpus.py DIR 100 500) and point LOGBOOK_CORPUS at a \
-             rows*.jsonl file"
-        )
-    });
+    let path = logbook_benches::corpus_files("rows500.jsonl").remove(0);
+    let data = logbook_benches::read_corpus(&path);
     let mut rows = Vec::new();
     let mut bytes = 0u64;
     for line in data.lines() {

@@ -686,6 +686,13 @@ impl Root {
         self.shared.session(id)
     }
 
+    /// Closes every open Session no call is using, as the open-Session cache does when it
+    /// needs room; returns how many it closed (for benchmarks and tests of reopening).
+    #[doc(hidden)]
+    pub fn close_idle_sessions(&self) -> usize {
+        self.shared.close_idle(0, 0)
+    }
+
     /// How many Sessions are open now (for tests of the open-Session cache).
     #[doc(hidden)]
     pub fn open_session_count(&self) -> usize {
