@@ -46,6 +46,8 @@ pub(crate) type Entries = Vec<(String, Saved)>;
 #[derive(Debug)]
 pub(crate) struct Snapshot {
     root: std::path::PathBuf,
+    /// The Root directory, open (the writer lock's descriptor): syncing it takes no new one.
+    root_fd: std::sync::Arc<std::os::fd::OwnedFd>,
     /// True while `catalog.snap` holds the listing facts of the Root as it is now.
     on_disk: AtomicBool,
     /// Serialises the removal, so every commit returns from `before_change` only once the
@@ -56,7 +58,10 @@ pub(crate) struct Snapshot {
 impl Snapshot {
     /// Reads the snapshot of the Root at `root`; `None` when absent, damaged or of another
     /// version (it is derived). A snapshot that was read stays on disk until a change.
-    pub(crate) fn load(root: &Path) -> Result<(Snapshot, Option<Entries>), EngineError> {
+    pub(crate) fn load(
+        root: &Path,
+        root_fd: std::sync::Arc<std::os::fd::OwnedFd>,
+    ) -> Result<(Snapshot, Option<Entries>), EngineError> {
         let path = root.join(CATALOG_FILE);
         let saved = match std::fs::read(&path) {
             Ok(b) => decode(&b),
@@ -65,6 +70,7 @@ impl Snapshot {
         };
         let snapshot = Snapshot {
             root: root.to_owned(),
+            root_fd,
             on_disk: AtomicBool::new(saved.is_some()),
             removing: std::sync::Mutex::new(()),
         };
@@ -87,7 +93,8 @@ impl Snapshot {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(EngineError::io(&path, "remove the catalog snapshot", e)),
         }
-        crate::fsutil::sync_dir(&self.root)?;
+        rustix::fs::fsync(&*self.root_fd)
+            .map_err(|e| EngineError::io(&self.root, "fsync directory", std::io::Error::from(e)))?;
         self.on_disk.store(false, Ordering::Release);
         Ok(())
     }
@@ -366,7 +373,12 @@ mod tests {
         )];
         save(dir.path(), &entries).expect("save");
         let raw = std::fs::read(dir.path().join(CATALOG_FILE)).expect("read");
-        let (snap, loaded) = Snapshot::load(dir.path()).expect("load");
+        let fd = || {
+            std::sync::Arc::new(std::os::fd::OwnedFd::from(
+                std::fs::File::open(dir.path()).expect("dir"),
+            ))
+        };
+        let (snap, loaded) = Snapshot::load(dir.path(), fd()).expect("load");
         assert_eq!(loaded, Some(entries.clone()));
         // Nothing changed: the close leaves the file alone.
         snap.save_at_close(false, || panic!("rewritten although nothing changed"));
@@ -381,11 +393,11 @@ mod tests {
             "removed before a change"
         );
         snap.before_change().expect("already gone");
-        assert_eq!(Snapshot::load(dir.path()).expect("absent").1, None);
+        assert_eq!(Snapshot::load(dir.path(), fd()).expect("absent").1, None);
         // The close writes it again.
         snap.save_at_close(false, || entries.clone());
         assert_eq!(
-            Snapshot::load(dir.path()).expect("load").1,
+            Snapshot::load(dir.path(), fd()).expect("load").1,
             Some(entries.clone())
         );
         for at in [0, 9, 17, raw.len() / 2, raw.len() - 1] {

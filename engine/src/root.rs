@@ -411,14 +411,16 @@ fn take_lock(dir: &Path) -> Result<WriterLock, EngineError> {
         flock_waiting(f, dir)?;
     }
     Ok(WriterLock {
-        _dir: fd,
+        dir: Arc::new(fd),
         _legacy: legacy,
     })
 }
 
 /// The writer lock's descriptors: the Root directory's, and `ROOT/lock`'s when it exists.
 struct WriterLock {
-    _dir: OwnedFd,
+    /// Also the descriptor the catalog snapshot syncs the Root directory through, so that a
+    /// commit needs no new descriptor (see `crate::catalog::Snapshot::before_change`).
+    dir: Arc<OwnedFd>,
     _legacy: Option<OwnedFd>,
 }
 
@@ -626,7 +628,7 @@ impl Root {
         }
         // Listing facts saved by the last clean close (removed before the first commit, so
         // never trusted after a crash that followed a change).
-        let (snapshot, saved) = crate::catalog::Snapshot::load(dir)?;
+        let (snapshot, saved) = crate::catalog::Snapshot::load(dir, Arc::clone(&lock_file.dir))?;
         // A snapshot on disk means the last close was clean and nothing changed since: no
         // half-made fork can be lying about, and the open need not list `sessions/`.
         let closed_cleanly = saved.is_some();

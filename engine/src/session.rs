@@ -466,6 +466,9 @@ pub(crate) struct Session {
     /// The Root's use counter at this Session's last use: the open-Session cache closes the
     /// least recently used first (see `Shared::make_room`).
     last_use: AtomicU64,
+    /// A layered fork's source (the object its base reads through), so that the fork is
+    /// opened again with a fresh source when the source must be (see `needs_reopen`).
+    source: Option<Arc<Session>>,
 }
 
 fn lock_cache(m: &Mutex<EventCache>) -> MutexGuard<'_, EventCache> {
@@ -576,6 +579,7 @@ impl Session {
             state,
             base,
         };
+        let source = inner.base.as_ref().map(|b| Arc::clone(&b.session));
         let start = Self::resume_point(&log, &mut inner, f1 || f2 || f3, cover)?;
         let session = Session {
             id: id.to_owned(),
@@ -599,6 +603,7 @@ impl Session {
             appended_bytes: AtomicU64::new(0),
             failed: AtomicBool::new(false),
             last_use: AtomicU64::new(0),
+            source,
         };
         session.replay_tail(start)?;
         {
@@ -856,12 +861,13 @@ impl Session {
     }
 
     /// True when this object must be replaced by a Session opened again from disk: it was
-    /// marked failed, an index of it was found damaged, a panic poisoned one of its locks, or
-    /// its log refuses appends after a failed write or fdatasync. Atomic loads only: the Root
-    /// asks on every call.
+    /// marked failed, an index of it was found damaged, a panic poisoned one of its locks, its
+    /// log refuses appends after a failed write or fdatasync, or (a layered fork) its source
+    /// must be. Atomic loads only: the Root asks on every call.
     pub(crate) fn needs_reopen(&self) -> bool {
         self.failed.load(Ordering::Acquire)
             || self.damaged.load(Ordering::Acquire)
+            || self.source.as_ref().is_some_and(|s| s.needs_reopen())
             || self.inner.is_poisoned()
             || self.writer.is_poisoned()
             || self.log.is_poisoned()

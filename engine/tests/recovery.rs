@@ -367,6 +367,34 @@ fn a_damaged_index_entry_is_rebuilt_when_read() {
     root.verify().expect("clean after a reopen");
 }
 
+/// A layered fork reads its rows below the fence through its source: a damaged entry of the
+/// source met by a read of the fork has both opened again (the source's indexes rebuilt), and
+/// the read is answered in full.
+#[test]
+fn a_damaged_source_entry_met_through_a_fork_is_rebuilt() {
+    let (_tmp, dir, _pages, rev) = setup(6);
+    let (fork_id, before) = {
+        let root = Root::open(&dir).expect("open");
+        let f = root
+            .fork(ForkParams {
+                session_id: "s".into(),
+                operation: "f".into(),
+                from: ForkFrom::All,
+                revision: rev,
+            })
+            .expect("fork")
+            .session_id;
+        let rows = hist(&root, &f, None, None, 1024, Direction::Forward).rows;
+        (f, rows)
+    };
+    assert!(before.len() > 10);
+    flip_entry(&dir, "row.idx", 16, 5, 2);
+    let root = Root::open(&dir).expect("open");
+    let after = hist(&root, &fork_id, None, None, 1024, Direction::Forward).rows;
+    assert_eq!(after, before, "the fork served its source's damaged entry");
+    root.verify().expect("verify after the rebuild");
+}
+
 /// A mutation that meets a damaged receipt entry while looking for its receipt rebuilds the
 /// indexes in place and goes on: a repeat is still answered from its receipt, a new one
 /// appends once.

@@ -52,6 +52,9 @@ pub trait FileSystem: Send + Sync + fmt::Debug {
     fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>>;
     /// `mkdir -p`.
     fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    /// Creates an empty file without opening it (`mknod`: no descriptor is taken, so it works
+    /// at the process's descriptor limit); `AlreadyExists` when the name is taken.
+    fn create_empty(&self, path: &Path) -> io::Result<()>;
 }
 
 /// Writes all of `buf` at `offset`, continuing after short writes.
@@ -164,6 +167,17 @@ impl FileSystem for RealFs {
     }
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
         std::fs::create_dir_all(dir)
+    }
+    fn create_empty(&self, path: &Path) -> io::Result<()> {
+        use rustix::fs::{mknodat, FileType, Mode, CWD};
+        mknodat(
+            CWD,
+            path,
+            FileType::RegularFile,
+            Mode::from_raw_mode(0o644),
+            0,
+        )
+        .map_err(io::Error::from)
     }
 }
 
@@ -380,5 +394,9 @@ impl FileSystem for FaultyFs {
     }
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
         RealFs.create_dir_all(dir)
+    }
+    fn create_empty(&self, path: &Path) -> io::Result<()> {
+        self.check(Op::Create, path)?;
+        RealFs.create_empty(path)
     }
 }

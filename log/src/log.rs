@@ -1745,8 +1745,10 @@ impl Shared {
             // syncs (see `open_inner`). Not synced itself: only a killed process leaves bytes
             // in the page cache alone, and then the mark is there as well.
             let p = self.dir.join(UNSYNCED_MARK);
-            match self.fs.create_new(&p) {
-                Ok(_) => {}
+            // `mknod`, not `open`: an append must not need a descriptor the Session does not
+            // hold already (a Root under a low descriptor limit keeps its Sessions open).
+            match self.fs.create_empty(&p) {
+                Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(LogError::io(&p, "create the unsynced mark", e)),
             }
