@@ -1,5 +1,6 @@
 //! FixedIndex reader: any file contents never panic on open, and whatever
-//! opens reads back consistently, survives a push + sync, and reopens.
+//! opens reads back consistently (each entry whole, or refused by its checksum,
+//! and `check_all` agreeing), survives a push + sync, and reopens.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -22,16 +23,25 @@ fuzz_target!(|data: &[u8]| {
     }
     let Ok(mut ix) = FixedIndex::open(&path, tag, width) else { return };
     let n = ix.len();
+    let mut damaged = false;
     for i in 0..n {
-        assert_eq!(ix.get(i).expect("i < len").len(), width as usize);
+        match ix.get(i) {
+            Ok(e) => assert_eq!(e.expect("i < len").len(), width as usize),
+            Err(_) => damaged = true,
+        }
     }
-    assert!(ix.get(n).is_none());
-    let p = ix.partition_point(|e| e[0] < 0x80);
-    assert!(p <= n);
+    assert_eq!(ix.check_all().is_err(), damaged);
+    assert!(ix.get(n).expect("past the end is not an entry").is_none());
+    if let Ok(p) = ix.partition_point(|e| e[0] < 0x80) {
+        assert!(p <= n);
+    }
     ix.push(&vec![7u8; width as usize]);
     ix.sync().expect("sync");
     drop(ix);
     let ix = FixedIndex::open(&path, tag, width).expect("reopen after sync");
     assert_eq!(ix.len(), n + 1);
-    assert_eq!(ix.get(n), Some(&vec![7u8; width as usize][..]));
+    assert_eq!(
+        ix.get(n).expect("the entry just synced"),
+        Some(&vec![7u8; width as usize][..])
+    );
 });
