@@ -253,6 +253,18 @@ impl Inner {
         }
     }
 
+    /// Empties the indexes and resets the state to where a replay of the whole own log starts
+    /// (the base's state at the fence, for a layered fork).
+    fn start_over(&mut self) -> Result<(), IndexError> {
+        self.state = match &self.base {
+            Some(b) => crate::fork::base_state(b),
+            None => State::default(),
+        };
+        self.seq.truncate(0)?;
+        self.rows.truncate(0)?;
+        self.receipts.truncate(0)
+    }
+
     /// Folds one event in: sequence index, rows (hidden flags from the state so far), state.
     fn index_event(&mut self, sequence: u64, loc: Location, event: &Event) {
         debug_assert_eq!(
@@ -678,13 +690,7 @@ impl Session {
             Ok(Some((loc_c, keep_rows, keep_receipts)))
         };
         let Some((loc_c, keep_rows, keep_receipts)) = resume().ok().flatten() else {
-            inner.state = match &inner.base {
-                Some(b) => crate::fork::base_state(b),
-                None => State::default(),
-            };
-            inner.seq.truncate(0)?;
-            inner.rows.truncate(0)?;
-            inner.receipts.truncate(0)?;
+            inner.start_over()?;
             return Ok(None);
         };
         inner.seq.truncate(own)?;
@@ -1138,16 +1144,7 @@ impl Session {
     /// found damaged. The caller holds the writer lock (no mutation runs); readers wait on
     /// the index lock meanwhile. The damage mark is cleared: what it named is gone.
     fn rebuild_indexes(&self) -> Result<(), EngineError> {
-        {
-            let mut inner = self.write_checked()?;
-            inner.state = match &inner.base {
-                Some(b) => crate::fork::base_state(b),
-                None => State::default(),
-            };
-            inner.seq.truncate(0)?;
-            inner.rows.truncate(0)?;
-            inner.receipts.truncate(0)?;
-        }
+        self.write_checked()?.start_over()?;
         self.replay_tail(None)?;
         self.damaged.store(false, Ordering::Release);
         Ok(())
