@@ -101,11 +101,7 @@ impl Snapshot {
 
     /// Writes the snapshot at a clean close, unless the one on disk says the same already
     /// (`changed` false: no summary changed since it was read). Best effort: it is derived.
-    pub(crate) fn save_at_close(
-        &self,
-        changed: bool,
-        entries: impl FnOnce() -> Vec<(String, Saved)>,
-    ) {
+    pub(crate) fn save_at_close(&self, changed: bool, entries: impl FnOnce() -> Entries) {
         if self.on_disk.load(Ordering::Acquire) && !changed {
             return;
         }

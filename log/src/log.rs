@@ -434,6 +434,13 @@ struct Writer {
     poisoned: Option<String>,
 }
 
+impl Writer {
+    /// Every byte appended is covered by a completed fdatasync, and the writer is healthy.
+    fn fully_synced(&self) -> bool {
+        self.poisoned.is_none() && self.buf.is_empty() && self.synced >= self.flushed
+    }
+}
+
 #[derive(Debug, Default)]
 struct Commit {
     synced_seq: u64,
@@ -1200,8 +1207,7 @@ impl Log {
     /// True when every byte appended so far is covered by a completed fdatasync and the log
     /// is not poisoned: a handle dropped now leaves nothing that a later open must sync.
     pub fn fully_synced(&self) -> bool {
-        let w = lock(&self.shared.writer);
-        w.poisoned.is_none() && w.buf.is_empty() && w.synced >= w.flushed
+        lock(&self.shared.writer).fully_synced()
     }
 
     /// For a poisoned log about to be dropped and opened again: cuts the newest segment back
@@ -1245,8 +1251,7 @@ impl Drop for Log {
                 }
             }
             if LogInstances::unregister(self.instance) {
-                let synced = w.poisoned.is_none() && w.buf.is_empty() && w.synced >= w.flushed;
-                if w.marked && synced {
+                if w.marked && w.fully_synced() {
                     // Every byte this handle wrote is durable: the next open need not sync.
                     let _ = self
                         .shared
