@@ -113,7 +113,12 @@ fn build_reference(big: bool) -> Reference {
     {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().join("root");
-        let root = Root::open_or_init(&dir).unwrap();
+        // The big fixture keeps an active segment to damage: no seal when the Root closes.
+        let options = RootOptions {
+            seal_on_close_bytes_min: u64::MAX,
+            ..RootOptions::default()
+        };
+        let root = Root::open_or_init_with(&dir, options).unwrap();
         for sid in ["s", "t"] {
             root.create_session(CreateSessionParams {
                 session_id: Some(sid.into()),

@@ -72,6 +72,11 @@ pub struct RootOptions {
     /// open indexes only the rows appended since. Smaller ones are
     /// rebuilt from the log by that search (quick: about 50 KB of text at the default).
     pub search_tail_save_pairs_min: u64,
+    /// A Session closed (by the open-Session cache or the Root's close) with at least this
+    /// many record bytes in its newest log segment has that segment sealed, i.e. compressed,
+    /// in the background, so that an idle Session costs its compressed size on disk; the
+    /// next open starts a new segment. `u64::MAX` never seals at close.
+    pub seal_on_close_bytes_min: u64,
     /// Most Sessions kept open at once: past it, opening one more first closes the least
     /// recently used idle ones (see [`open_sessions_budget`]). The default follows the
     /// process's descriptor limit.
@@ -152,6 +157,7 @@ impl Default for RootOptions {
             search_indexing: SearchIndexing::OnAppend,
             block_cache_bytes: BLOCK_CACHE_BYTES,
             search_tail_save_pairs_min: SEARCH_TAIL_SAVE_PAIRS_MIN,
+            seal_on_close_bytes_min: crate::session::SEAL_ON_CLOSE_BYTES_MIN,
             open_sessions_max: open_sessions_budget(),
             log_fs: None,
         }
@@ -1596,7 +1602,7 @@ impl Shared {
                 continue;
             };
             freed += session.resident_bytes();
-            session.close(self.options.search_tail_save_pairs_min);
+            session.close(&self.options);
             // The last reference: its files close and its threads end here, under the slot.
             drop(session);
             drop(guard);
@@ -1891,10 +1897,9 @@ impl Drop for Root {
         let _ = self.shared.sync_all(Checkpoint::Close);
         // Large search tails are saved so the first search after the next open need not
         // index the active segment again.
-        let pairs_min = self.shared.options.search_tail_save_pairs_min;
         for s in self.shared.open_sessions() {
             s.refresh_filter_if_indexed();
-            s.search.save_tail(&s, pairs_min, true);
+            s.save_search_tail(&self.shared.options, true);
         }
         // The listing facts go to the catalog snapshot, read back by the next open.
         let ids: Vec<String> = lock(&self.shared.registry)
@@ -1913,6 +1918,24 @@ impl Drop for Root {
                 .map(|(id, e)| (id.clone(), e.summary.saved()))
                 .collect()
         });
+    }
+}
+
+/// How long the Root's close waits for the seals of Sessions it closed (see
+/// `Session::save_search_tail`) before it leaves the ones not started unsealed.
+const CLOSED_SEALS_WAIT_MAX: Duration = Duration::from_secs(1);
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // The Sessions close here, while the writer lock is still held (fields drop after
+        // this, the lock among them): their logs give back zero regions and queue the seals
+        // of their newest segments, and no seal of this process may touch the Root once
+        // another process can take the lock.
+        lock(&self.opened).clear();
+        for e in lock(&self.registry).sessions.values() {
+            lock(&e.slot).take();
+        }
+        logbook_log::settle_closed_seals(&self.dir.join(SESSIONS_DIR), CLOSED_SEALS_WAIT_MAX);
     }
 }
 

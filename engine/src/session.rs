@@ -19,6 +19,7 @@ use crate::progress::{ProgressSink, ProgressUnit};
 use crate::records::{self, EventRecord, EventRecordRef, Outcome, Receipt};
 use crate::search::SearchIndex;
 use crate::state::State;
+use crate::root::RootOptions;
 use logbook_index::{FixedIndex, IndexError};
 use logbook_log::{Durability, Location, Log, LogConfig, Reader, Record};
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -366,6 +367,13 @@ pub const CHECKPOINT_LOG_BYTES: u64 = 4 << 20;
 /// it the next open replays the tail instead (well under a millisecond), so a small Session
 /// opened, written and closed by the cache pays no checkpoint and no index fdatasync.
 pub const CLOSE_CHECKPOINT_LOG_BYTES: u64 = 64 << 10;
+
+/// Default [`RootOptions::seal_on_close_bytes_min`]: record bytes in a Session's newest log
+/// segment from which closing the Session (by the open-Session cache or the Root's close) has
+/// the segment sealed, that is compressed, in the
+/// background (see `Log::seal_when_closed`): an idle Session then costs its compressed size
+/// on disk. Below it the few blocks compression would save are not worth a sealed segment.
+pub const SEAL_ON_CLOSE_BYTES_MIN: u64 = 16 << 10;
 
 /// When [`Session::sync_indexes`] writes a state checkpoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -953,11 +961,21 @@ impl Session {
     /// synced, state checkpointed, a large search tail saved, so the next open replays
     /// nothing and indexes nothing again. Best effort: everything here is derived from the
     /// log, so what fails is rebuilt by that open.
-    pub(crate) fn close(&self, search_tail_save_pairs_min: u64) {
+    pub(crate) fn close(&self, options: &RootOptions) {
         let _ = self.sync_indexes(Checkpoint::Close);
         self.refresh_filter_if_indexed();
+        self.save_search_tail(options, false);
+    }
+
+    /// Saves the search tail at close (`may_sync`: the log may be synced for it, as when the
+    /// Root closes), after asking the log to seal its newest segment once closed
+    /// ([`RootOptions::seal_on_close_bytes_min`]); a tail of a segment that the seal finishes
+    /// is saved as that segment's postings.
+    pub(crate) fn save_search_tail(&self, options: &RootOptions, may_sync: bool) {
+        let finished = options.seal_on_close_bytes_min != u64::MAX
+            && self.log.seal_when_closed(options.seal_on_close_bytes_min);
         self.search
-            .save_tail(self, search_tail_save_pairs_min, false);
+            .save_tail(self, options.search_tail_save_pairs_min, may_sync, finished);
     }
 
     /// From now on appends do not index their rows for search; the next search catches up.

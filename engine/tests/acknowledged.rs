@@ -43,7 +43,15 @@ fn damage_inside_an_acknowledged_batch_is_corrupt_not_a_torn_tail() {
     let tmp = tempfile::tempdir().expect("tmp");
     let dir = tmp.path().join("root");
     {
-        let root = root_at(&dir);
+        // The damage is to land in the active segment: no seal when the Root closes.
+        let root = Root::open_or_init_with(
+            &dir,
+            RootOptions {
+                seal_on_close_bytes_min: u64::MAX,
+                ..RootOptions::default()
+            },
+        )
+        .expect("root");
         one_big_append(&root, "k", 4000);
         create(&root, "n");
         append(

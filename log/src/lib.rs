@@ -70,10 +70,11 @@ pub use crate::format::{
     ZSTD_LEVEL,
 };
 pub use crate::log::{
-    background_thread, Durability, Location, Log, LogConfig, OwnedRecord, Reader, Record,
-    RecordRef, Recovery, Scan, VerifyReport, BACKGROUND_NICENESS, GROUP_COMMIT_GATHER_MAX,
-    PREALLOCATE_BYTES, PREALLOCATE_FIRST_BYTES, SEALER_THREADS_MAX, SEGMENT_BYTES_MAX,
-    SEGMENT_BYTES_MIN, UNSYNCED_MARK, WRITE_BUFFER_BYTES,
+    background_thread, settle_closed_seals, Durability, Location, Log, LogConfig, OwnedRecord,
+    Reader, Record, RecordRef, Recovery, Scan, VerifyReport, BACKGROUND_NICENESS,
+    CLOSED_SEAL_DEFER_MAX, CLOSED_SEAL_PAUSE, GROUP_COMMIT_GATHER_MAX, PREALLOCATE_BYTES,
+    PREALLOCATE_FIRST_BYTES, SEALER_THREADS_MAX, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN,
+    UNSYNCED_MARK, WRITE_BUFFER_BYTES,
 };
 
 /// Internal layouts, exposed for the fuzz targets and format tests only.

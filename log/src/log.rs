@@ -431,6 +431,10 @@ struct Writer {
     marked: bool,
     /// This handle zero-filled a region of the current segment (see `give_back_zeros`).
     zero_filled: bool,
+    /// The current segment was created by the open without syncs (its predecessor had been
+    /// sealed when the log was closed): the first sync that makes a record durable also
+    /// syncs the directory, so that the segment's name is as durable as its records.
+    name_unsynced: bool,
     poisoned: Option<String>,
 }
 
@@ -479,6 +483,9 @@ struct Shared {
     written_seq: AtomicU64,
     /// Mirror of `Writer::poisoned.is_some()`, read without the lock (see `Log::is_poisoned`).
     poisoned: AtomicBool,
+    /// Set by [`Log::seal_when_closed`]: the fewest record bytes of the newest segment for
+    /// which the last handle's drop has it sealed; 0 when not asked.
+    seal_when_closed: AtomicU64,
 }
 
 /// The segmented append-only log. `Send + Sync`: share it with `Arc`.
@@ -505,12 +512,17 @@ struct LogInstances {
 
 static LOG_INSTANCES: Mutex<Option<LogInstances>> = Mutex::new(None);
 
+/// The directory's identity, when it can be read.
+fn dir_key(dir: &Path) -> Option<DirKey> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(dir).ok()?;
+    Some((m.dev(), m.ino()))
+}
+
 impl LogInstances {
     /// Records a new open of `dir` as the newest; returns its key and instance number.
     fn register(dir: &Path) -> Option<(DirKey, u64)> {
-        use std::os::unix::fs::MetadataExt;
-        let m = std::fs::metadata(dir).ok()?;
-        let key = (m.dev(), m.ino());
+        let key = dir_key(dir)?;
         let mut g = lock(&LOG_INSTANCES);
         let all = g.get_or_insert_with(|| LogInstances {
             newest: HashMap::new(),
@@ -600,6 +612,22 @@ fn create_segment_with(
     fs.sync_dir(dir)
         .map_err(|e| LogError::io(dir, "fsync directory", e))?;
     Ok((f, path, file_end))
+}
+
+/// Creates segment `n` holding only its header, with no sync and no zero region (see the
+/// open that starts a segment after a sealed one). Returns the file, its path and its length.
+fn create_segment_unsynced(
+    fs: &dyn FileSystem,
+    dir: &Path,
+    n: u64,
+) -> Result<(Arc<dyn IoFile>, PathBuf, u64), LogError> {
+    let path = dir.join(active_name(n));
+    let f = fs
+        .create_new(&path)
+        .map_err(|e| LogError::io(&path, "create", e))?;
+    write_all_at(&*f, &encode_header(ACTIVE_FORMAT, n), 0)
+        .map_err(|e| LogError::io(&path, "write", e))?;
+    Ok((f, path, HEADER_BYTES))
 }
 
 /// The bytes `batch` takes as frames, after checking each record and the whole against
@@ -823,6 +851,9 @@ impl Log {
         referenced: Option<Location>,
     ) -> Result<(Log, Recovery), LogError> {
         check_config(&config)?;
+        if let Some(key) = dir_key(dir) {
+            settle_closed_seal(key);
+        }
         let names = match fs.list_dir(dir) {
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -956,15 +987,20 @@ impl Log {
                 },
             );
         }
+        let mut name_unsynced = false;
         let (file, path, len, mut file_end, preallocated, head) = match newest {
             Some((f, p, len)) => (f, p, len, newest_tail.0, newest_tail.1, last),
             None => {
-                // The newest segment is sealed: start a fresh one after it.
+                // The newest segment is sealed (by a roll a crash interrupted, or when the log
+                // was closed): start a fresh one after it. Unsynced, and with no zero region,
+                // so that an open to read costs no sync: until a record reaches it, losing it
+                // loses nothing (the next open makes it again, and an unsynced header that
+                // reads as zeros is a torn create), and the first commit syncs its name.
                 let n = last.checked_add(1).ok_or_else(|| {
                     LogError::corrupt(dir.join(sealed_name(last)), 0, "segment numbers exhausted")
                 })?;
-                let (f, p, file_end) =
-                    create_segment(&*fs, dir, n, &config, config.prealloc_first())?;
+                let (f, p, file_end) = create_segment_unsynced(&*fs, dir, n)?;
+                name_unsynced = true;
                 segments.insert(
                     n,
                     SegEntry {
@@ -1005,23 +1041,22 @@ impl Log {
             Some(&head),
             "the newest segment takes appends"
         );
-        Ok((
-            Log::start_up(
-                dir,
-                config,
-                fs,
-                segments,
-                first,
-                file,
-                path,
-                len,
-                file_end,
-                preallocated,
-                to_seal,
-                marked,
-            ),
-            rec,
-        ))
+        let log = Log::start_up(
+            dir,
+            config,
+            fs,
+            segments,
+            first,
+            file,
+            path,
+            len,
+            file_end,
+            preallocated,
+            to_seal,
+            marked,
+        );
+        lock(&log.shared.writer).name_unsynced = name_unsynced;
+        Ok((log, rec))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1081,6 +1116,7 @@ impl Log {
                 poisoned: None,
                 marked,
                 zero_filled: false,
+                name_unsynced: false,
             }),
             commit: Mutex::new(Commit::default()),
             commit_cv: Condvar::new(),
@@ -1089,6 +1125,7 @@ impl Log {
             seal_cv: Condvar::new(),
             written_seq: AtomicU64::new(0),
             poisoned: AtomicBool::new(false),
+            seal_when_closed: AtomicU64::new(0),
         });
         for n in to_seal {
             shared.queue_seal(n);
@@ -1222,6 +1259,21 @@ impl Log {
         self.shared.cut_unsynced()
     }
 
+    /// Asks that the newest segment be sealed (compressed, docs/format.md "Sealing a closed
+    /// log") once the last handle on this log is dropped, if it then holds at least
+    /// `min_record_bytes` bytes of records and the log is healthy. For a log that is closed
+    /// for a while (an idle Session): it then costs its compressed size on disk, and the next
+    /// open starts a new segment. The seal runs in the background on the sealer threads; an
+    /// open of the same directory in this process first cancels it (or waits for it when it
+    /// has started), and [`settle_closed_seals`] waits for those under a directory.
+    /// Returns whether the newest segment would be sealed if the log were closed now.
+    pub fn seal_when_closed(&self, min_record_bytes: u64) -> bool {
+        self.shared
+            .seal_when_closed
+            .store(min_record_bytes.max(1), Ordering::Release);
+        self.instance.is_some() && self.shared.seal_wanted(&lock(&self.shared.writer))
+    }
+
     /// Waits until every rolled segment has been sealed (or failed to), and returns the last
     /// sealing error, if any. Sealing runs in the background, on at most
     /// [`SEALER_THREADS_MAX`] threads shared by every log of the process, which exist only
@@ -1241,12 +1293,16 @@ impl Log {
 
 impl Drop for Log {
     fn drop(&mut self) {
+        let mut closed_seal = None;
         {
             let mut w = lock(&self.shared.writer);
             if self.shared.config.durability == Durability::NoSyncBulkImport && w.poisoned.is_none()
             {
                 // Best effort: a caller who needs to know calls `sync()` first.
-                if self.shared.flush(&mut w).is_ok() && w.file.sync_data().is_ok() {
+                if self.shared.flush(&mut w).is_ok()
+                    && w.file.sync_data().is_ok()
+                    && self.shared.sync_name(&mut w).is_ok()
+                {
                     w.synced = w.flushed;
                 }
             }
@@ -1259,11 +1315,15 @@ impl Drop for Log {
                         .remove_file(&self.shared.dir.join(UNSYNCED_MARK));
                 }
                 self.shared.give_back_zeros(&mut w);
+                closed_seal = self.shared.closed_seal(&w, self.instance);
             }
         }
         // Every segment queued for sealing is sealed (or failed to) before the log is gone:
         // its directory is then left as this log last saw it.
         self.wait_for_sealing();
+        if let Some(job) = closed_seal {
+            push_seal_job(SealJob::Closed(job));
+        }
     }
 }
 
@@ -1273,6 +1333,19 @@ fn read_lock<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
 
 fn write_lock<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
     l.write().unwrap_or_else(|p| p.into_inner())
+}
+
+/// True when a newest segment of at least a header's length holds no header and nothing but
+/// zeros: a segment created without a sync (`create_segment_unsynced`) whose bytes never
+/// reached the disk, though its name and length did. Reads the file only when its first bytes
+/// are not the header.
+fn zeros_only(f: &dyn IoFile, path: &Path, len: u64, header: &[u8]) -> Result<bool, LogError> {
+    let mut head = [0u8; HEADER_BYTES as usize];
+    read_exact_at(f, &mut head, 0).map_err(|e| LogError::io(path, "read", e))?;
+    if head == header || head.iter().any(|b| *b != 0) {
+        return Ok(false);
+    }
+    Ok(read_all(f, path, len)?.iter().all(|b| *b == 0))
 }
 
 /// Recovers the newest segment: checks it (from `mark` on when that is proven to be a record
@@ -1301,10 +1374,12 @@ fn recover_newest(
             ),
         ));
     }
-    if len < HEADER_BYTES {
-        let data = read_all(f, path, len)?;
+    let header = encode_header(ACTIVE_FORMAT, n);
+    if len < HEADER_BYTES
+        || (referenced.is_none() && mark.is_none() && zeros_only(f, path, len, &header)?)
+    {
+        let data = read_all(f, path, len.min(HEADER_BYTES))?;
         // A crash while the segment was being created: its header never became durable.
-        let header = encode_header(ACTIVE_FORMAT, n);
         let torn_create = data.iter().all(|b| *b == 0) || header.starts_with(&data);
         if !torn_create {
             check_header_versions(path, &data, ACTIVE_FORMAT, ACTIVE_VERSION_OLDEST, n)?;
@@ -1430,44 +1505,307 @@ pub fn background_thread() {
 /// never lost: that thread exits only after seeing the queue empty under this lock, and a
 /// queuer that then finds fewer than [`SEALER_THREADS_MAX`] threads starts one.
 struct SealPool {
-    queue: VecDeque<(Arc<Shared>, u64)>,
+    queue: VecDeque<SealJob>,
     threads: usize,
+    /// Closed logs being sealed now (see [`Log::seal_when_closed`]).
+    closing: Vec<(DirKey, PathBuf)>,
+    /// Directories that [`settle_closed_seals`] waits for: their closed logs' seals are not
+    /// deferred.
+    hurry: Vec<PathBuf>,
+}
+
+/// A closed log's seal waits for a pause of at least this long in the commits of the
+/// process, so that compressing idle logs does not take disk time from durable appends.
+pub const CLOSED_SEAL_PAUSE: Duration = Duration::from_millis(20);
+/// Longest a closed log's seal is deferred for want of such a pause.
+pub const CLOSED_SEAL_DEFER_MAX: Duration = Duration::from_secs(30);
+
+/// When the last commit of any log of the process completed its sync, in nanoseconds since
+/// [`clock`]'s start.
+static LAST_COMMIT: AtomicU64 = AtomicU64::new(0);
+/// Commit syncs under way in the process: while any is, no pause has begun.
+static COMMITS_SYNCING: AtomicU64 = AtomicU64::new(0);
+
+/// Nanoseconds since the first call in this process (a monotonic clock for [`LAST_COMMIT`]).
+fn clock() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    let start = START.get_or_init(Instant::now);
+    u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// One segment to seal.
+enum SealJob {
+    /// A segment a roll finished, of a log that is open (it waits for the job when dropped).
+    Rolled(Arc<Shared>, u64),
+    /// The newest segment of a log whose last handle was dropped.
+    Closed(ClosedSeal),
+}
+
+/// The newest segment of a closed log, to seal (see [`Log::seal_when_closed`]). It holds no
+/// descriptor: a Root of thousands of Sessions closing some of them must not keep their files
+/// open while they wait.
+struct ClosedSeal {
+    fs: Arc<dyn FileSystem>,
+    dir: PathBuf,
+    key: DirKey,
+    segment: u64,
+    /// The segment's logical length when the log was closed: its file must have exactly
+    /// this length when the job runs, or nothing is done.
+    len: u64,
+    queued: Instant,
+}
+
+impl ClosedSeal {
+    /// How much longer to wait before running: `None` once the process's commits paused
+    /// for [`CLOSED_SEAL_PAUSE`], after [`CLOSED_SEAL_DEFER_MAX`], or while its directory
+    /// is being settled.
+    fn deferral(&self, hurry: &[PathBuf]) -> Option<Duration> {
+        if hurry.iter().any(|h| self.dir.starts_with(h))
+            || self.queued.elapsed() >= CLOSED_SEAL_DEFER_MAX
+        {
+            return None;
+        }
+        if COMMITS_SYNCING.load(Ordering::Acquire) > 0 {
+            return Some(CLOSED_SEAL_PAUSE);
+        }
+        let idle =
+            Duration::from_nanos(clock().saturating_sub(LAST_COMMIT.load(Ordering::Acquire)));
+        CLOSED_SEAL_PAUSE.checked_sub(idle).filter(|d| !d.is_zero())
+    }
+}
+
+impl SealJob {
+    fn closed_dir(&self) -> Option<(&DirKey, &Path)> {
+        match self {
+            SealJob::Closed(c) => Some((&c.key, &c.dir)),
+            SealJob::Rolled(..) => None,
+        }
+    }
 }
 
 static SEAL_POOL: Mutex<SealPool> = Mutex::new(SealPool {
     queue: VecDeque::new(),
     threads: 0,
+    closing: Vec::new(),
+    hurry: Vec::new(),
 });
 
-/// A sealer thread: seals queued segments, oldest first, and exits when none is left.
+/// Signalled whenever a closed log's seal ends, a job is queued, or a settle begins.
+static SEAL_POOL_CV: Condvar = Condvar::new();
+
+/// Queues a job and starts a sealer thread when fewer than [`SEALER_THREADS_MAX`] run.
+/// Returns the job when no thread runs and none can be started (the caller then leaves the
+/// segment unsealed: the next open seals it, as after a crash).
+fn push_seal_job(job: SealJob) -> Option<SealJob> {
+    let mut pool = lock(&SEAL_POOL);
+    pool.queue.push_back(job);
+    // A thread deferring a closed log's seal takes a rolled segment first.
+    SEAL_POOL_CV.notify_all();
+    if pool.threads >= SEALER_THREADS_MAX {
+        // A running thread takes it when it is done with the jobs before it.
+        return None;
+    }
+    let spawned = std::thread::Builder::new()
+        .name("logbook-log-sealer".into())
+        .spawn(sealer_loop);
+    match spawned {
+        Ok(_) => {
+            pool.threads += 1;
+            None
+        }
+        Err(_) if pool.threads == 0 => pool.queue.pop_back(),
+        Err(_) => None,
+    }
+}
+
+/// Takes the next job: rolled segments first (an open log waits for them when dropped), then
+/// closed logs' seals in order, each once the process's commits pause (see
+/// [`ClosedSeal::deferral`]). `None` when the queue is empty.
+fn next_seal_job() -> Option<SealJob> {
+    let mut pool = lock(&SEAL_POOL);
+    loop {
+        let rolled = pool
+            .queue
+            .iter()
+            .position(|j| matches!(j, SealJob::Rolled(..)));
+        if let Some(i) = rolled {
+            return pool.queue.remove(i);
+        }
+        let wait = match pool.queue.front() {
+            Some(SealJob::Closed(c)) => c.deferral(&pool.hurry),
+            _ => return None,
+        };
+        match wait {
+            Some(d) => {
+                pool = SEAL_POOL_CV
+                    .wait_timeout(pool, d)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            }
+            None => {
+                let job = pool.queue.pop_front();
+                if let Some(SealJob::Closed(c)) = &job {
+                    let running = (c.key, c.dir.clone());
+                    pool.closing.push(running);
+                }
+                return job;
+            }
+        }
+    }
+}
+
+/// A sealer thread: seals queued segments (see [`next_seal_job`]) and exits when none is
+/// left.
 fn sealer_loop() {
     background_thread();
     loop {
-        let (shared, n) = {
+        let Some(job) = next_seal_job() else {
             let mut pool = lock(&SEAL_POOL);
-            match pool.queue.pop_front() {
-                Some(job) => job,
-                None => {
-                    pool.threads -= 1;
-                    return;
-                }
+            if pool.queue.is_empty() {
+                pool.threads -= 1;
+                return;
             }
+            continue;
         };
-        // A panic must not take the thread's other jobs (other logs' seals) with it, nor
-        // leave `pending` counting a seal nobody runs (`wait_for_sealing` and drop wait on it).
-        let r = std::panic::catch_unwind(AssertUnwindSafe(|| shared.seal_segment(n)));
-        let mut s = lock(&shared.seal);
-        match r {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => s.error = Some(e.to_string()),
-            Err(_) => {
-                s.error = Some(format!(
-                    "sealing segment {n} panicked; it stays unsealed and is sealed on the next open"
-                ))
+        match job {
+            SealJob::Rolled(shared, n) => {
+                // A panic must not take the thread's other jobs (other logs' seals) with it,
+                // nor leave `pending` counting a seal nobody runs (`wait_for_sealing` and drop
+                // wait on it).
+                let r = std::panic::catch_unwind(AssertUnwindSafe(|| shared.seal_segment(n)));
+                let mut s = lock(&shared.seal);
+                match r {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => s.error = Some(e.to_string()),
+                    Err(_) => {
+                        s.error = Some(format!(
+                            "sealing segment {n} panicked; it stays unsealed and is sealed on the next open"
+                        ))
+                    }
+                }
+                s.pending -= 1;
+                shared.seal_cv.notify_all();
+            }
+            SealJob::Closed(c) => {
+                // Best effort: a closed log whose seal fails (or is not done) is as it was
+                // left, and its newest segment stays active.
+                let _ = std::panic::catch_unwind(AssertUnwindSafe(|| c.run()));
+                let mut pool = lock(&SEAL_POOL);
+                if let Some(i) = pool.closing.iter().position(|(k, _)| *k == c.key) {
+                    pool.closing.swap_remove(i);
+                }
+                SEAL_POOL_CV.notify_all();
             }
         }
-        s.pending -= 1;
-        shared.seal_cv.notify_all();
+    }
+}
+
+/// Before a log directory is opened: cancels a queued seal of it as a closed log, or waits
+/// for one that has started, so that the open finds the directory as the seal leaves it.
+fn settle_closed_seal(key: DirKey) {
+    let mut pool = lock(&SEAL_POOL);
+    pool.queue
+        .retain(|j| j.closed_dir().is_none_or(|(k, _)| *k != key));
+    while pool.closing.iter().any(|(k, _)| *k == key) {
+        pool = SEAL_POOL_CV.wait(pool).unwrap_or_else(|p| p.into_inner());
+    }
+}
+
+/// Waits until no closed log under `dir` waits to be sealed or is being sealed: for at most
+/// `wait_max` while seals are queued, then the queued ones are cancelled (their logs stay as
+/// they were closed) and only those already started are waited for. A process that hands a
+/// directory tree over to another (the engine releasing a Root's lock) calls it first, so no
+/// seal of this process touches the tree afterwards.
+pub fn settle_closed_seals(dir: &Path, wait_max: Duration) {
+    let deadline = Instant::now() + wait_max;
+    let under = |d: &Path| d.starts_with(dir);
+    let mut pool = lock(&SEAL_POOL);
+    pool.hurry.push(dir.to_path_buf());
+    SEAL_POOL_CV.notify_all();
+    loop {
+        let queued = pool
+            .queue
+            .iter()
+            .any(|j| j.closed_dir().is_some_and(|(_, d)| under(d)));
+        let running = pool.closing.iter().any(|(_, d)| under(d));
+        if !queued && !running {
+            if let Some(i) = pool.hurry.iter().position(|h| h == dir) {
+                pool.hurry.swap_remove(i);
+            }
+            return;
+        }
+        let now = Instant::now();
+        if queued && now >= deadline {
+            pool.queue
+                .retain(|j| j.closed_dir().is_none_or(|(_, d)| !under(d)));
+            continue;
+        }
+        pool = if queued {
+            SEAL_POOL_CV
+                .wait_timeout(pool, deadline - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0
+        } else {
+            SEAL_POOL_CV.wait(pool).unwrap_or_else(|p| p.into_inner())
+        };
+    }
+}
+
+impl ClosedSeal {
+    /// Seals the segment as a roll's seal does (steps 1-3 of docs/format.md), if the
+    /// directory is still the one closed and its newest segment still ends where the log
+    /// left it; otherwise does nothing.
+    fn run(&self) -> Result<(), LogError> {
+        if dir_key(&self.dir) != Some(self.key) {
+            return Ok(());
+        }
+        let names = self
+            .fs
+            .list_dir(&self.dir)
+            .map_err(|e| LogError::io(&self.dir, "list directory", e))?;
+        let newest = names
+            .iter()
+            .filter_map(|n| match parse_name(n) {
+                Some(FileRole::Active(n) | FileRole::Sealed(n)) => Some(n),
+                _ => None,
+            })
+            .max();
+        if newest != Some(self.segment) || names.iter().any(|n| *n == sealed_name(self.segment)) {
+            return Ok(());
+        }
+        let path = self.dir.join(active_name(self.segment));
+        let f = self
+            .fs
+            .open_ro(&path)
+            .map_err(|e| LogError::io(&path, "open", e))?;
+        if f.len().map_err(|e| LogError::io(&path, "stat", e))? != self.len {
+            return Ok(());
+        }
+        let data = read_all(&*f, &path, self.len)?;
+        drop(f);
+        check_header_versions(
+            &path,
+            &data,
+            ACTIVE_FORMAT,
+            ACTIVE_VERSION_OLDEST,
+            self.segment,
+        )?;
+        let w = walk(self.segment, &data);
+        if let Some((at, reason)) = w.damage {
+            return Err(LogError::corrupt(&path, at, reason));
+        }
+        if w.good_end != self.len {
+            return Ok(());
+        }
+        let bytes = sealed::build(self.segment, &data, &w)
+            .map_err(|m| LogError::io(&path, "compress", std::io::Error::other(m)))?;
+        let dst = sealed::write(&*self.fs, &self.dir, self.segment, &bytes)?;
+        // Checked before the active copy goes, as an open that finds both files checks it.
+        SealedSegment::open(Arc::clone(&self.fs), &dst, self.segment)?;
+        // Not synced, as for a roll's seal.
+        self.fs
+            .remove_file(&path)
+            .map_err(|e| LogError::io(&path, "remove", e))
     }
 }
 
@@ -1479,27 +1817,45 @@ impl Shared {
             return;
         };
         lock(&self.seal).pending += 1;
-        let mut pool = lock(&SEAL_POOL);
-        pool.queue.push_back((this, n));
-        if pool.threads >= SEALER_THREADS_MAX {
-            // A running thread takes it when it is done with the jobs before it.
-            return;
+        if push_seal_job(SealJob::Rolled(this, n)).is_some() {
+            // No thread can run it: the segment stays unsealed and is sealed on the next
+            // open, as after a crash.
+            lock(&self.seal).pending -= 1;
+            self.seal_cv.notify_all();
         }
-        let spawned = std::thread::Builder::new()
-            .name("logbook-log-sealer".into())
-            .spawn(sealer_loop);
-        match spawned {
-            Ok(_) => pool.threads += 1,
-            Err(_) if pool.threads == 0 => {
-                // No thread can run it: the segment stays unsealed and is sealed on the next
-                // open, as after a crash.
-                pool.queue.pop_back();
-                drop(pool);
-                lock(&self.seal).pending -= 1;
-                self.seal_cv.notify_all();
-            }
-            Err(_) => {}
+    }
+
+    /// Syncs the directory when the current segment's name is not durable yet (see
+    /// `Writer::name_unsynced`); called after a sync that made records of it durable.
+    fn sync_name(&self, w: &mut Writer) -> Result<(), LogError> {
+        if w.name_unsynced {
+            self.fs
+                .sync_dir(&self.dir)
+                .map_err(|e| LogError::io(&self.dir, "fsync directory", e))?;
+            w.name_unsynced = false;
         }
+        Ok(())
+    }
+
+    /// True when a seal at close was asked for ([`Log::seal_when_closed`]) and the newest
+    /// segment holds enough records for it, in a healthy log.
+    fn seal_wanted(&self, w: &Writer) -> bool {
+        let min = self.seal_when_closed.load(Ordering::Acquire);
+        min > 0 && w.written.saturating_sub(HEADER_BYTES) >= min && w.poisoned.is_none()
+    }
+
+    /// The seal of the newest segment that the last handle's drop queues, when one is wanted
+    /// and the segment can be sealed as it is: nothing buffered, no zeros after the records.
+    fn closed_seal(&self, w: &Writer, instance: Option<(DirKey, u64)>) -> Option<ClosedSeal> {
+        let (key, _) = instance?;
+        (self.seal_wanted(w) && w.buf.is_empty() && w.file_end == w.flushed).then(|| ClosedSeal {
+            fs: Arc::clone(&self.fs),
+            dir: self.dir.clone(),
+            key,
+            segment: w.segment,
+            len: w.flushed,
+            queued: Instant::now(),
+        })
     }
 
     /// Gives the unused zero region of the newest segment back to the file system (the log is
@@ -1657,7 +2013,7 @@ impl Shared {
                 }
             }
             let sync_started = Instant::now();
-            let (file, path, seq, segment, written) = {
+            let (file, path, seq, segment, written, name_unsynced) = {
                 let w = lock(&self.writer);
                 (
                     Arc::clone(&w.file),
@@ -1665,13 +2021,23 @@ impl Shared {
                     w.seq,
                     w.segment,
                     w.flushed,
+                    w.name_unsynced,
                 )
             };
-            let r = file.sync_data();
+            COMMITS_SYNCING.fetch_add(1, Ordering::AcqRel);
+            let mut r = file.sync_data();
+            if r.is_ok() && name_unsynced {
+                r = self.fs.sync_dir(&self.dir);
+            }
+            LAST_COMMIT.store(clock(), Ordering::Release);
+            COMMITS_SYNCING.fetch_sub(1, Ordering::AcqRel);
             {
                 let mut w = lock(&self.writer);
                 match &r {
-                    Ok(()) if w.segment == segment => w.synced = w.synced.max(written),
+                    Ok(()) if w.segment == segment => {
+                        w.synced = w.synced.max(written);
+                        w.name_unsynced &= !name_unsynced;
+                    }
                     Ok(()) => {}
                     Err(e) => {
                         let err = LogError::io(
@@ -1785,7 +2151,8 @@ impl Shared {
             }
             w.file
                 .sync_data()
-                .map_err(|e| LogError::io(&w.path, "fdatasync", e))
+                .map_err(|e| LogError::io(&w.path, "fdatasync", e))?;
+            self.sync_name(&mut w)
         });
         match r {
             Ok(()) => {
@@ -1843,6 +2210,7 @@ impl Shared {
         w.synced = HEADER_BYTES;
         w.file_end = file_end;
         w.preallocates = self.config.preallocates();
+        w.name_unsynced = false;
         // Everything written so far is durable now: publish it, then release its waiters.
         self.publish(Location {
             segment: new,
@@ -2059,12 +2427,11 @@ impl Shared {
             },
         );
         self.cache.forget_segment(n);
+        // Not synced: should the removal be lost, an open finds both files and removes the
+        // active copy once the sealed one checks out.
         self.fs
             .remove_file(&path)
-            .map_err(|e| LogError::io(&path, "remove", e))?;
-        self.fs
-            .sync_dir(&self.dir)
-            .map_err(|e| LogError::io(&self.dir, "fsync directory", e))
+            .map_err(|e| LogError::io(&path, "remove", e))
     }
 
     fn verify(&self, end: Location) -> Result<VerifyReport, LogError> {

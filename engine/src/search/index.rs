@@ -568,8 +568,17 @@ impl SearchIndex {
     /// Saves the tail for the next open when it holds at least `pairs_min` (trigram, doc)
     /// pairs (see the module documentation). Called when the Session closes (`may_sync`:
     /// the log may be synced for it, as when the Root closes); best effort: a tail that
-    /// cannot be saved is rebuilt from the log later.
-    pub(crate) fn save_tail(&self, session: &Session, pairs_min: u64, may_sync: bool) {
+    /// cannot be saved is rebuilt from the log later. `finished`: the log seals the tail's
+    /// segment once closed, so a tail that covers every row is saved as the finished
+    /// segment's postings file (which, checked like every postings file when opened, is
+    /// rebuilt should the segment take more rows after all).
+    pub(crate) fn save_tail(
+        &self,
+        session: &Session,
+        pairs_min: u64,
+        may_sync: bool,
+        finished: bool,
+    ) {
         self.wait_idle();
         let mut guard = self.tail.write().unwrap_or_else(|p| p.into_inner());
         let Some(t) = guard.as_mut() else {
@@ -578,7 +587,8 @@ impl SearchIndex {
         let docs = t.covered - t.first_row;
         // A base was saved because it was large enough, and the tail only grew since.
         let large = t.base.is_some() || t.builder.pair_count() >= pairs_min;
-        if docs == 0 || t.saved == t.covered || !large {
+        let finished = finished && t.covered == session.read().row_count();
+        if docs == 0 || (t.saved == t.covered && !finished) || !large {
             return;
         }
         let Ok(Some(last)) = session.read().row(t.covered - 1) else {
@@ -602,7 +612,11 @@ impl SearchIndex {
             docs,
             last_sequence: last.sequence,
         };
-        let path = self.dir.join(saved.file_name());
+        let path = if finished {
+            self.file_path(t.segment, t.first_row)
+        } else {
+            self.dir.join(saved.file_name())
+        };
         // Called at close: the tail is not used after this, so it may be taken apart.
         let Some(all) = t.merged() else {
             *guard = None;
@@ -618,7 +632,7 @@ impl SearchIndex {
         }
         t.saved = t.covered;
         for old in self.saved_tails() {
-            if old != saved {
+            if finished || old != saved {
                 let _ = std::fs::remove_file(self.dir.join(old.file_name()));
             }
         }
