@@ -113,12 +113,20 @@ fn the_root_close_seals_a_written_session_and_the_next_open_goes_on() {
         postings.len() == 1 && postings[0].starts_with("seg-0000000000000000-row-"),
         "the tail was saved as the finished segment's postings: {postings:?}"
     );
+    let inode = |name: &str| {
+        use std::os::unix::fs::MetadataExt as _;
+        std::fs::metadata(dir.join("sessions/big/search").join(name))
+            .expect("postings")
+            .ino()
+    };
+    let saved = inode(&postings[0]);
     {
         let root = Root::open_with(&dir, options()).expect("reopen");
         assert_eq!(all_bodies(&root, "big"), want(20));
         assert_eq!(hits(&root, "big", "marker7x"), 1);
         assert_eq!(hits(&root, "big", "marker20x"), 0);
-        assert_eq!(search_files(&dir, "big"), postings, "used, not rebuilt");
+        assert_eq!(search_files(&dir, "big"), postings);
+        assert_eq!(inode(&postings[0]), saved, "used, not rebuilt");
         send(&root, "big", 20);
         assert_eq!(hits(&root, "big", "marker20x"), 1);
         assert_eq!(all_bodies(&root, "big"), want(21));
@@ -127,10 +135,7 @@ fn the_root_close_seals_a_written_session_and_the_next_open_goes_on() {
     }
     assert_eq!(
         log_files(&dir, "big"),
-        [
-            "00000000000000000000.sealed",
-            "00000000000000000001.active"
-        ],
+        ["00000000000000000000.sealed", "00000000000000000001.active"],
         "one message is below the minimum"
     );
     let root = Root::open_with(&dir, options()).expect("reopen");
