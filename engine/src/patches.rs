@@ -163,7 +163,9 @@ impl Root {
             params: snapshot_params(),
             build: &mut build,
         })?;
-        info_of(outcome, operation)
+        let info = info_of(outcome, operation)?;
+        s.note_patch(&info.patch_id);
+        Ok(info)
     }
 
     /// Bytes `[after, after + limit)` of a stored patch as text. Chunks end on character
@@ -177,8 +179,7 @@ impl Root {
                 "limit must be 1 to {READ_PATCH_BYTES_MAX} bytes, got {limit}"
             )));
         }
-        // The Session must exist even though patch files are shared by the Root.
-        self.session(&p.session_id)?;
+        let s = self.session(&p.session_id)?;
         let hex = p
             .patch_id
             .strip_prefix(PATCH_ID_PREFIX)
@@ -193,6 +194,14 @@ impl Root {
                     p.patch_id
                 ))
             })?;
+        // Patch files are shared by the Root (one per content), but a Session reads only the
+        // patches it stored itself.
+        if !s.stored_patch(&p.patch_id)? {
+            return Err(EngineError::not_found(format!(
+                "patch {} in Session {} (it was not stored by this Session)",
+                p.patch_id, p.session_id
+            )));
+        }
         let path = self.patch_path(hex);
         let mut f = match std::fs::File::open(&path) {
             Ok(f) => f,

@@ -461,6 +461,9 @@ pub(crate) struct Session {
     /// Operations of this Session that made layered forks (their receipt is the fork's Root
     /// log record): a mutation under one of them is a conflict, as for a stored receipt.
     fork_ops: Mutex<HashSet<String>>,
+    /// The ids of the patches this Session stored (its `snapshotPatch` receipts), gathered
+    /// from its receipts on the first `readPatch` (see [`Session::stored_patch`]).
+    patch_ids: Mutex<Option<HashSet<String>>>,
     /// The Session's diagnostics (read on first use): a mutation under an operation that
     /// recorded a diagnostic is a conflict, as for a stored receipt. Its lock is taken after
     /// the writer lock, never before it (see `crate::diagnostics`).
@@ -614,6 +617,7 @@ impl Session {
             cache: Mutex::new(EventCache::default()),
             search: SearchIndex::new(dir),
             fork_ops: Mutex::new(HashSet::new()),
+            patch_ids: Mutex::new(None),
             diags,
             progress,
             search_on_search: AtomicBool::new(false),
@@ -1260,6 +1264,42 @@ impl Session {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .contains(operation)
+    }
+
+    /// True when this Session stored the patch `patch_id` (a `snapshotPatch` receipt names
+    /// it). The first call reads every receipt of the Session, under the writer lock; later
+    /// ones, and patches stored since ([`Session::note_patch`]), are answered from memory.
+    pub(crate) fn stored_patch(&self, patch_id: &str) -> Result<bool, EngineError> {
+        let mut ids = self.patch_ids.lock().unwrap_or_else(|p| p.into_inner());
+        if ids.is_none() {
+            let mut map = self.writer()?;
+            if map.is_none() {
+                // Loaded (and rebuilt from the log if damaged) as for a mutation.
+                self.find_receipt(&mut map, "")?;
+            }
+            let mut found = HashSet::new();
+            for loc in map.iter().flat_map(|m| m.values()).flatten() {
+                let record = self.log.read(*loc)?;
+                if record.kind != records::KIND_RECEIPT {
+                    continue;
+                }
+                let r: Receipt =
+                    records::decode(self.log.dir(), "a receipt record", &record.payload)?;
+                if let Outcome::Patch { patch_id, .. } = r.outcome {
+                    found.insert(patch_id);
+                }
+            }
+            *ids = Some(found);
+        }
+        Ok(ids.as_ref().is_some_and(|ids| ids.contains(patch_id)))
+    }
+
+    /// Records that this Session stored patch `patch_id` (see [`Session::stored_patch`]).
+    pub(crate) fn note_patch(&self, patch_id: &str) {
+        let mut ids = self.patch_ids.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(ids) = ids.as_mut() {
+            ids.insert(patch_id.to_owned());
+        }
     }
 
     /// Records that `operation` made a layered fork of this Session (see `fork_ops`).

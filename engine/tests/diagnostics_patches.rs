@@ -349,6 +349,26 @@ fn patches_store_once_read_in_chunks_and_survive_restart() {
     let root = root_at(&dir);
     let (text, _) = read_all(&root, "s", &info.patch_id, 7);
     assert_eq!(text, patch, "the same bytes after a restart");
+    // Another Session does not read it, though the file is there; once it stores the same
+    // content itself (the same patch id), it does.
+    create(&root, "other");
+    let foreign = |root: &Root| {
+        root.read_patch(ReadPatchParams {
+            session_id: "other".into(),
+            patch_id: info.patch_id.clone(),
+            after: None,
+            limit: None,
+        })
+    };
+    let e = foreign(&root).expect_err("a patch of another Session");
+    assert_eq!(e.kind(), ErrorKind::NotFound, "{e}");
+    assert_eq!(
+        root.store_patch("other", "same", patch.clone().into_bytes())
+            .expect("store")
+            .patch_id,
+        info.patch_id
+    );
+    assert_eq!(foreign(&root).expect("its own now").text, patch);
     assert_eq!(
         root.store_patch("s", "snap", b"changed".to_vec())
             .expect("repeat"),
