@@ -55,7 +55,7 @@ impl BlobStore {
         std::fs::create_dir_all(&self.tmp)
             .map_err(|e| EngineError::io(&self.tmp, "create directory", e))?;
         let tmp = self.tmp.join(format!("blob-{}-{n}", std::process::id()));
-        crate::state::write_file_synced(&tmp, bytes)
+        crate::fsutil::write_file_synced(&tmp, bytes)
             .map_err(|e| EngineError::io(&tmp, "write", e))?;
         let parent = path.parent().expect("blob paths have a parent");
         // A fan-out folder made here must be a durable entry of `blobs/` before the blob is

@@ -24,10 +24,11 @@
 //! | 24+P | 4 | CRC-32 of bytes 0..24+P |
 
 use crate::error::EngineError;
-use crate::search::TrigramFilter;
+use crate::filter::TrigramFilter;
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Magic bytes of the catalog snapshot.
 pub const CATALOG_MAGIC: [u8; 8] = *b"LBCATLG\0";
@@ -343,6 +344,41 @@ fn decode(bytes: &[u8]) -> Option<Vec<(String, Saved)>> {
         return None;
     }
     postcard::from_bytes(&bytes[CATALOG_HEADER_BYTES..end]).ok()
+}
+
+/// A Session's link to the Root: its catalog entry, and what the Root does around each of
+/// its commits (implemented above the Sessions, by the Root).
+pub(crate) struct Activity {
+    pub summary: Arc<Summary>,
+    pub root: Arc<dyn Commits>,
+}
+
+/// What the Root does around a Session's commits.
+pub(crate) trait Commits: Send + Sync {
+    /// Before a change is written to a Session's log (the catalog snapshot must not outlive a
+    /// change it does not describe).
+    fn before_change(&self) -> Result<(), EngineError>;
+    /// After a commit whose first sequence is `first`, with the Session's index write-locked:
+    /// journal it and mark the Session's last activity.
+    fn committed(&self, session_id: &str, first: u64, summary: &Summary);
+}
+
+impl Activity {
+    pub(crate) fn before_change(&self) -> Result<(), EngineError> {
+        self.root.before_change()
+    }
+
+    /// Records a commit whose first sequence is `first`; called with the Session's index
+    /// write-locked.
+    pub(crate) fn committed(&self, session_id: &str, first: u64) {
+        // The filter no longer covers the Session (see `crate::filter`).
+        *self
+            .summary
+            .filter
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = None;
+        self.root.committed(session_id, first, &self.summary);
+    }
 }
 
 #[cfg(test)]

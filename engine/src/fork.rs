@@ -69,9 +69,10 @@
 use crate::error::EngineError;
 use crate::event::Branch;
 use crate::records::{self, Outcome};
-use crate::root::{lock, Entry, Root, Shared};
+use crate::root::{Entry, Root, Shared};
 use crate::session::{Base, Inner, Session};
 use crate::state::{InvocationState, State};
+use crate::sync::lock;
 use crate::validate::validate_id;
 use logbook_log::{Durability, Location};
 use serde::{Deserialize, Serialize};

@@ -10,9 +10,19 @@ use std::sync::{Mutex, OnceLock};
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), EngineError> {
     let tmp = path.with_extension("tmp");
     let _ = std::fs::remove_file(&tmp);
-    crate::state::write_file_synced(&tmp, bytes).map_err(|e| EngineError::io(&tmp, "write", e))?;
+    write_file_synced(&tmp, bytes).map_err(|e| EngineError::io(&tmp, "write", e))?;
     std::fs::rename(&tmp, path).map_err(|e| EngineError::io(path, "rename into place", e))?;
     sync_dir(path.parent().unwrap_or(Path::new(".")))
+}
+
+/// Writes `bytes` to a fresh temporary file next to `path` and syncs it; used by `write_atomic`.
+pub(crate) fn write_file_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(path)?;
+    std::io::Write::write_all(&mut f, bytes)?;
+    f.sync_all()
 }
 
 /// fsync a directory so a rename or create inside it survives a crash.

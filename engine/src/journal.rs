@@ -47,31 +47,6 @@ pub(crate) struct Journal {
     state: Mutex<State>,
 }
 
-/// A Session's link to the Root: its catalog entry and the journal its commits go to.
-pub(crate) struct Activity {
-    pub summary: Arc<Summary>,
-    pub journal: Arc<Journal>,
-    /// Removed before the Session's first commit of this open (see `crate::catalog`).
-    pub snapshot: Arc<crate::catalog::Snapshot>,
-    /// Started by the first commit: the commit gave it index entries to sync.
-    pub flusher: Arc<crate::root::Flusher>,
-}
-
-impl Activity {
-    /// Records a commit whose first sequence is `first` and marks the Session's last
-    /// activity; called with the Session's index write-locked.
-    pub(crate) fn committed(&self, session_id: &str, first: u64) {
-        // The filter no longer covers the Session (see `crate::search::filter`).
-        *self
-            .summary
-            .filter
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = None;
-        self.journal.record(session_id, first, &self.summary);
-        self.flusher.ensure_started();
-    }
-}
-
 impl Journal {
     pub(crate) fn new(epoch: u64) -> Journal {
         Journal {

@@ -6,8 +6,6 @@ use crate::json::RawJson;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-pub use crate::search::{SearchHit, SearchPage, SearchParams};
-
 /// A row's address: the event that published it and its ordinal inside that event.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -431,3 +429,45 @@ impl std::fmt::Display for CutNote {
 
 /// Attachment metadata list, as `attachments` returns it.
 pub type Attachments = Vec<AttachmentMeta>;
+
+/// `search` request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SearchParams {
+    pub session_id: String,
+    pub query: String,
+    /// Default false: both sides simply case folded.
+    #[serde(default)]
+    pub case_sensitive: Option<bool>,
+    /// Default false.
+    #[serde(default)]
+    pub whole_word: Option<bool>,
+    /// Null = the current revision (returned in the page).
+    #[serde(default)]
+    pub through: Option<u64>,
+    /// The previous page's `nextAfter`; null starts at the first row.
+    #[serde(default)]
+    pub after: Option<String>,
+    /// Most hits per page: default [`crate::SEARCH_HITS_DEFAULT`], at most [`crate::SEARCH_HITS_MAX`].
+    #[serde(default)]
+    pub limit: Option<u32>,
+}
+
+/// One match: a byte range `[start, end)` of the original text of one field of one row.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SearchHit {
+    pub position: Position,
+    pub field: String,
+    pub start: u64,
+    pub end: u64,
+}
+
+/// One page of hits; `nextAfter` null means the scan under this fence is complete.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SearchPage {
+    pub through: u64,
+    pub hits: Vec<SearchHit>,
+    pub next_after: Option<String>,
+}

@@ -354,7 +354,7 @@ fn write_patch_file(
     let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
     let tmp = tmp_dir.join(format!("patch-{}-{n}", std::process::id()));
     let _ = std::fs::remove_file(&tmp);
-    crate::state::write_file_synced(&tmp, &content)
+    crate::fsutil::write_file_synced(&tmp, &content)
         .map_err(|e| EngineError::io(&tmp, "write", e))?;
     let parent = path.parent().expect("patch paths have a parent");
     // `patches/` and its fan-out folder are made on demand; each one made is fsynced into

@@ -2,7 +2,6 @@
 
 use crate::error::EngineError;
 use crate::event::{Branch, Event, Item, Part};
-use crate::session::Prepared;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::path::Path;
@@ -212,6 +211,51 @@ pub(crate) fn append_params_digest_v1(events: &[Prepared]) -> [u8; 32] {
 pub(crate) fn operation_hash(operation: &str) -> u64 {
     let d = Sha256::digest(operation.as_bytes());
     u64::from_le_bytes(d[..8].try_into().expect("8 bytes"))
+}
+
+/// Room kept before an event's encoding for the varint of its sequence (a u64 takes at most 10).
+const SEQUENCE_ROOM: usize = 10;
+
+/// An event with its postcard encoding, made once: the receipt digest and the record payload
+/// both use these bytes, and the payload is written around them without another copy.
+pub(crate) struct Prepared {
+    pub event: Event,
+    /// `SEQUENCE_ROOM` bytes, then the postcard encoding of the event.
+    buf: Vec<u8>,
+    /// Where the record payload starts in `buf` once [`Prepared::set_sequence`] has run.
+    start: usize,
+}
+
+impl Prepared {
+    pub(crate) fn new(event: Event) -> Prepared {
+        let mut buf = Vec::with_capacity(SEQUENCE_ROOM + encoded_size_hint(&event));
+        buf.resize(SEQUENCE_ROOM, 0);
+        let buf =
+            postcard::to_io(&event, buf).expect("encoding into a Vec cannot fail for these types");
+        Prepared {
+            event,
+            buf,
+            start: SEQUENCE_ROOM,
+        }
+    }
+
+    /// The postcard encoding of the event.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.buf[SEQUENCE_ROOM..]
+    }
+
+    /// Writes `sequence` before the event's bytes: the result is the postcard encoding of
+    /// `EventRecord { sequence, event }` (the varint sequence, then the event).
+    pub(crate) fn set_sequence(&mut self, sequence: u64) {
+        let seq = encode(&sequence);
+        self.start = SEQUENCE_ROOM - seq.len();
+        self.buf[self.start..SEQUENCE_ROOM].copy_from_slice(&seq);
+    }
+
+    /// The record payload, after [`Prepared::set_sequence`].
+    pub(crate) fn payload(&self) -> &[u8] {
+        &self.buf[self.start..]
+    }
 }
 
 #[cfg(test)]

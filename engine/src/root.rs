@@ -8,9 +8,10 @@ use crate::event::{
 };
 use crate::params::*;
 use crate::progress::{ProgressSink, ProgressUnit};
-use crate::records::{self, Outcome, SessionRecord};
-use crate::session::{log_config, Checkpoint, Mutation, Prepared, Session};
+use crate::records::{self, Outcome, Prepared, SessionRecord};
+use crate::session::{log_config, Checkpoint, Closing, Mutation, Session};
 use crate::state::State;
+pub(crate) use crate::sync::lock;
 use crate::validate::{validate_event, validate_id, validate_session_id, APPEND_EVENTS_MAX};
 use base64::Engine as _;
 use logbook_log::{Durability, Log, Record};
@@ -20,7 +21,7 @@ use std::fs::File;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -226,6 +227,8 @@ pub(crate) struct Shared {
     stop_signal: Condvar,
     /// The index sync thread, started on first need.
     pub(crate) flusher: Arc<Flusher>,
+    /// What every Session's commits tell the Root (see `crate::catalog::Activity`).
+    commits: Arc<RootCommits>,
     /// Signalled when a reservation in the registry ends (see [`Registry::reserved`]).
     pub(crate) reservation_ended: Condvar,
     /// Torn tails cut by the opens of this process (see [`Root::recoveries`]).
@@ -247,6 +250,26 @@ const IDLE_REFERENCES: usize = 2;
 /// An open Root. `Send + Sync`; every method takes `&self`. One writer process per Root.
 pub struct Root {
     pub(crate) shared: Arc<Shared>,
+}
+
+/// The Root's side of its Sessions' commits: the journal, the catalog snapshot, the index
+/// sync thread.
+struct RootCommits {
+    journal: Arc<crate::journal::Journal>,
+    snapshot: Arc<crate::catalog::Snapshot>,
+    flusher: Arc<Flusher>,
+}
+
+impl crate::catalog::Commits for RootCommits {
+    fn before_change(&self) -> Result<(), EngineError> {
+        self.snapshot.before_change()
+    }
+
+    fn committed(&self, session_id: &str, first: u64, summary: &Summary) {
+        self.journal.record(session_id, first, summary);
+        // The commit gave the index sync thread entries to sync.
+        self.flusher.ensure_started();
+    }
 }
 
 /// The background thread that makes derived indexes durable (`Shared::flush_loop`). It is
@@ -338,10 +361,6 @@ impl IdGen {
         }
         s
     }
-}
-
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn encode_header() -> [u8; ROOT_HEADER_BYTES] {
@@ -647,10 +666,13 @@ impl Root {
         }
         let open_max = options.open_sessions_max.max(1);
         let ids = IdGen::new(dir);
+        let journal = Arc::new(crate::journal::Journal::new(ids.epoch()));
+        let snapshot = Arc::new(snapshot);
+        let flusher = Arc::new(Flusher::default());
         let shared = Arc::new(Shared {
             dir: dir.to_owned(),
-            journal: Arc::new(crate::journal::Journal::new(ids.epoch())),
-            snapshot: Arc::new(snapshot),
+            journal: Arc::clone(&journal),
+            snapshot: Arc::clone(&snapshot),
             ids,
             blobs: BlobStore::new(dir),
             block_cache: logbook_log::BlockCache::new(options.block_cache_bytes),
@@ -668,7 +690,12 @@ impl Root {
             reservation_ended: Condvar::new(),
             cuts: Mutex::new(cuts),
             waits_ended: AtomicBool::new(false),
-            flusher: Arc::new(Flusher::default()),
+            flusher: Arc::clone(&flusher),
+            commits: Arc::new(RootCommits {
+                journal: Arc::clone(&journal),
+                snapshot: Arc::clone(&snapshot),
+                flusher,
+            }),
         });
         let _ = shared.flusher.shared.set(Arc::downgrade(&shared));
         // Creations are serialised and finished before the next starts, so only the last
@@ -1602,7 +1629,7 @@ impl Shared {
                 continue;
             };
             freed += session.resident_bytes();
-            session.close(&self.options);
+            session.close(&self.closing());
             // The last reference: its files close and its threads end here, under the slot.
             drop(session);
             drop(guard);
@@ -1695,11 +1722,9 @@ impl Shared {
         }
         // It opened: no longer damaged. Appends mark its last activity in the catalog.
         *lock(&summary.damage) = None;
-        let _ = s.activity.set(crate::journal::Activity {
+        let _ = s.activity.set(crate::catalog::Activity {
             summary,
-            journal: Arc::clone(&self.journal),
-            snapshot: Arc::clone(&self.snapshot),
-            flusher: Arc::clone(&self.flusher),
+            root: Arc::clone(&self.commits) as Arc<dyn crate::catalog::Commits>,
         });
         if s.indexes_dirty() {
             // Its open replayed part of its log: the indexes have entries to sync.
@@ -1897,9 +1922,10 @@ impl Drop for Root {
         let _ = self.shared.sync_all(Checkpoint::Close);
         // Large search tails are saved so the first search after the next open need not
         // index the active segment again.
+        let closing = self.shared.closing();
         for s in self.shared.open_sessions() {
             s.refresh_filter_if_indexed();
-            s.save_search_tail(&self.shared.options, true);
+            s.save_search_tail(&closing, true);
         }
         // The listing facts go to the catalog snapshot, read back by the next open.
         let ids: Vec<String> = lock(&self.shared.registry)
@@ -1940,6 +1966,14 @@ impl Drop for Shared {
 }
 
 impl Shared {
+    /// What closing one of the Root's Sessions does, from the Root's options.
+    fn closing(&self) -> Closing {
+        Closing {
+            tail_pairs_min: self.options.search_tail_save_pairs_min,
+            seal_bytes_min: self.options.seal_on_close_bytes_min,
+        }
+    }
+
     /// True when Session `id` is open now (using it costs no open).
     pub(crate) fn is_open(&self, id: &str) -> bool {
         let slot = match lock(&self.registry).sessions.get(id) {

@@ -18,13 +18,12 @@
 //! offset to resume at, so a row with more hits than `limit` continues on the next page.
 
 mod cursor;
-mod filter;
 mod index;
 mod root;
 
+pub(crate) use crate::filter::{Plan, TrigramFilter};
+pub use crate::filter::{FILTER_BITS_MAX, FILTER_BITS_MIN};
 pub use cursor::SEARCH_CURSOR_VERSION;
-pub(crate) use filter::TrigramFilter;
-pub use filter::{FILTER_BITS_MAX, FILTER_BITS_MIN};
 pub(crate) use index::SearchIndex;
 pub use index::SEARCH_DIR;
 pub(crate) use root::search_root;
@@ -42,8 +41,9 @@ use cursor::{Binding, SearchCursor};
 use index::{is_searchable, row_entry, segment_of_row, Sealed, Tail};
 use logbook_index::Matcher;
 use logbook_log::Reader;
-use serde::{Deserialize, Serialize};
 use std::sync::Arc;
+
+pub use crate::params::{SearchHit, SearchPage, SearchParams};
 
 /// Hits per page when `limit` is null.
 pub const SEARCH_HITS_DEFAULT: u32 = 64;
@@ -65,48 +65,6 @@ pub const SEARCH_FIELDS: [&str; 3] = ["body", "thinking", "arguments"];
 pub const SEARCH_QUERY_BYTES_MAX: usize = 4096;
 /// Candidates fetched from one postings source per lookup.
 const CANDIDATE_BATCH: usize = 1024;
-
-/// `search` request.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct SearchParams {
-    pub session_id: String,
-    pub query: String,
-    /// Default false: both sides simply case folded.
-    #[serde(default)]
-    pub case_sensitive: Option<bool>,
-    /// Default false.
-    #[serde(default)]
-    pub whole_word: Option<bool>,
-    /// Null = the current revision (returned in the page).
-    #[serde(default)]
-    pub through: Option<u64>,
-    /// The previous page's `nextAfter`; null starts at the first row.
-    #[serde(default)]
-    pub after: Option<String>,
-    /// Most hits per page: default [`SEARCH_HITS_DEFAULT`], at most [`SEARCH_HITS_MAX`].
-    #[serde(default)]
-    pub limit: Option<u32>,
-}
-
-/// One match: a byte range `[start, end)` of the original text of one field of one row.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SearchHit {
-    pub position: Position,
-    pub field: String,
-    pub start: u64,
-    pub end: u64,
-}
-
-/// One page of hits; `nextAfter` null means the scan under this fence is complete.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct SearchPage {
-    pub through: u64,
-    pub hits: Vec<SearchHit>,
-    pub next_after: Option<String>,
-}
 
 /// Checks a search's query and `limit` (the same rules for `search` and `searchRoot`);
 /// returns the limit.
@@ -131,40 +89,7 @@ fn checked_query_and_limit(query: &str, limit: Option<u32>) -> Result<u32, Engin
     Ok(limit)
 }
 
-/// Which docs a postings source must return for the query.
-pub(crate) enum Plan {
-    /// Folded query of 3+ bytes: docs holding all its trigrams.
-    AllOf(Vec<u32>),
-    /// Folded query of 2 bytes `b1 b2`: docs holding any trigram `? b1 b2` or `b1 b2 ?`
-    /// (every field is indexed between edge bytes, so each 2-byte run has one).
-    AnyOf { keys: Vec<u32>, pair: u16 },
-    /// Folded query of 1 byte: every doc (a bounded scan).
-    Every,
-}
-
 impl Plan {
-    fn new(query: &str, matcher: &Matcher) -> Plan {
-        if !matcher.trigrams().is_empty() {
-            return Plan::AllOf(matcher.trigrams().to_vec());
-        }
-        let folded: String = query.chars().map(logbook_index::fold_char).collect();
-        match *folded.as_bytes() {
-            [b1, b2] => {
-                let pair = (u32::from(b1) << 8) | u32::from(b2);
-                let mut keys: Vec<u32> = (0..=255u32)
-                    .flat_map(|c| [(c << 16) | pair, (pair << 8) | c])
-                    .collect();
-                keys.sort_unstable();
-                keys.dedup();
-                Plan::AnyOf {
-                    keys,
-                    pair: u16::from_be_bytes([b1, b2]),
-                }
-            }
-            _ => Plan::Every,
-        }
-    }
-
     /// Runs the plan against one source (`lookup(trigrams, from_doc, limit)`): at most
     /// `CANDIDATE_BATCH` docs `>= from_doc`, ascending; fewer means no more in this source.
     fn candidates<E>(

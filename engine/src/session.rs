@@ -16,8 +16,7 @@ use crate::diagnostics::DiagLog;
 use crate::error::EngineError;
 use crate::event::{rows_of, Branch, Event, RowKind, RowSource, SessionCreated};
 use crate::progress::{ProgressSink, ProgressUnit};
-use crate::records::{self, EventRecord, EventRecordRef, Outcome, Receipt};
-use crate::root::RootOptions;
+use crate::records::{self, EventRecord, EventRecordRef, Outcome, Prepared, Receipt};
 use crate::search::SearchIndex;
 use crate::state::State;
 use logbook_index::{FixedIndex, IndexError};
@@ -311,51 +310,6 @@ type ReceiptMap = HashMap<u64, Vec<Location>>;
 pub(crate) type BuildFn<'a> =
     dyn FnMut(&State, u64) -> Result<(Vec<Prepared>, Outcome), EngineError> + 'a;
 
-/// Room kept before an event's encoding for the varint of its sequence (a u64 takes at most 10).
-const SEQUENCE_ROOM: usize = 10;
-
-/// An event with its postcard encoding, made once: the receipt digest and the record payload
-/// both use these bytes, and the payload is written around them without another copy.
-pub(crate) struct Prepared {
-    pub event: Event,
-    /// `SEQUENCE_ROOM` bytes, then the postcard encoding of the event.
-    buf: Vec<u8>,
-    /// Where the record payload starts in `buf` once [`Prepared::set_sequence`] has run.
-    start: usize,
-}
-
-impl Prepared {
-    pub(crate) fn new(event: Event) -> Prepared {
-        let mut buf = Vec::with_capacity(SEQUENCE_ROOM + records::encoded_size_hint(&event));
-        buf.resize(SEQUENCE_ROOM, 0);
-        let buf =
-            postcard::to_io(&event, buf).expect("encoding into a Vec cannot fail for these types");
-        Prepared {
-            event,
-            buf,
-            start: SEQUENCE_ROOM,
-        }
-    }
-
-    /// The postcard encoding of the event.
-    pub(crate) fn bytes(&self) -> &[u8] {
-        &self.buf[SEQUENCE_ROOM..]
-    }
-
-    /// Writes `sequence` before the event's bytes: the result is the postcard encoding of
-    /// `EventRecord { sequence, event }` (the varint sequence, then the event).
-    fn set_sequence(&mut self, sequence: u64) {
-        let seq = records::encode(&sequence);
-        self.start = SEQUENCE_ROOM - seq.len();
-        self.buf[self.start..SEQUENCE_ROOM].copy_from_slice(&seq);
-    }
-
-    /// The record payload, after [`Prepared::set_sequence`].
-    fn payload(&self) -> &[u8] {
-        &self.buf[self.start..]
-    }
-}
-
 /// Log bytes (record payloads) a Session appends between two state checkpoints. The background
 /// sync writes the indexes out on every tick but fdatasyncs them and rewrites `state.ckpt` (the
 /// whole state) only after this much growth, or when the Root closes or is asked to sync: an open after a
@@ -368,7 +322,16 @@ pub const CHECKPOINT_LOG_BYTES: u64 = 4 << 20;
 /// opened, written and closed by the cache pays no checkpoint and no index fdatasync.
 pub const CLOSE_CHECKPOINT_LOG_BYTES: u64 = 64 << 10;
 
-/// Default [`RootOptions::seal_on_close_bytes_min`]: record bytes in a Session's newest log
+/// What closing a Session does beyond syncing it (the Root's options for it).
+pub(crate) struct Closing {
+    /// Search tails with at least this many (trigram, row) pairs are saved.
+    pub tail_pairs_min: u64,
+    /// The newest log segment is sealed when it holds at least this many record bytes
+    /// (`u64::MAX`: never).
+    pub seal_bytes_min: u64,
+}
+
+/// Default [`crate::RootOptions::seal_on_close_bytes_min`]: record bytes in a Session's newest log
 /// segment from which closing the Session (by the open-Session cache or the Root's close) has
 /// the segment sealed, that is compressed, in the
 /// background (see `Log::seal_when_closed`): an idle Session then costs its compressed size
@@ -476,7 +439,7 @@ pub(crate) struct Session {
     pub(crate) cut: Option<crate::params::CutNote>,
     /// The Root's catalog entry of this Session and its change journal: commits are
     /// journaled and mark the last activity.
-    pub(crate) activity: std::sync::OnceLock<crate::journal::Activity>,
+    pub(crate) activity: std::sync::OnceLock<crate::catalog::Activity>,
     /// Serialises index syncs and checkpoints (never taken by readers or mutations).
     sync: Mutex<SyncMark>,
     /// Log payload bytes appended since open, counting the tail replayed at open: the
@@ -965,21 +928,21 @@ impl Session {
     /// synced, state checkpointed, a large search tail saved, so the next open replays
     /// nothing and indexes nothing again. Best effort: everything here is derived from the
     /// log, so what fails is rebuilt by that open.
-    pub(crate) fn close(&self, options: &RootOptions) {
+    pub(crate) fn close(&self, close: &Closing) {
         let _ = self.sync_indexes(Checkpoint::Close);
         self.refresh_filter_if_indexed();
-        self.save_search_tail(options, false);
+        self.save_search_tail(close, false);
     }
 
     /// Saves the search tail at close (`may_sync`: the log may be synced for it, as when the
-    /// Root closes), after asking the log to seal its newest segment once closed
-    /// ([`RootOptions::seal_on_close_bytes_min`]); a tail of a segment that the seal finishes
-    /// is saved as that segment's postings.
-    pub(crate) fn save_search_tail(&self, options: &RootOptions, may_sync: bool) {
-        let finished = options.seal_on_close_bytes_min != u64::MAX
-            && self.log.seal_when_closed(options.seal_on_close_bytes_min);
+    /// Root closes), after asking the log to seal its newest segment once closed (see
+    /// [`Closing::seal_bytes_min`]); a tail of a segment that the seal finishes is saved as
+    /// that segment's postings.
+    pub(crate) fn save_search_tail(&self, close: &Closing, may_sync: bool) {
+        let finished =
+            close.seal_bytes_min != u64::MAX && self.log.seal_when_closed(close.seal_bytes_min);
         self.search
-            .save_tail(self, options.search_tail_save_pairs_min, may_sync, finished);
+            .save_tail(self, close.tail_pairs_min, may_sync, finished);
     }
 
     /// From now on appends do not index their rows for search; the next search catches up.
@@ -1386,8 +1349,7 @@ impl Session {
             payload: &receipt,
         });
         if let Some(a) = self.activity.get() {
-            // The catalog snapshot must not outlive a change it does not describe.
-            a.snapshot.before_change()?;
+            a.before_change()?;
         }
         let locs = self.log.append(&batch)?;
         #[cfg(test)]

@@ -22,7 +22,6 @@ use crate::error::EngineError;
 use crate::event::{Event, Item};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::io::Write as _;
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 
@@ -339,16 +338,6 @@ impl State {
         };
         (state.revision == covered).then_some((state, cover))
     }
-}
-
-/// Writes `bytes` to a fresh temporary file next to `path` and syncs it; used by `write_atomic`.
-pub(crate) fn write_file_synced(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(path)?;
-    f.write_all(bytes)?;
-    f.sync_all()
 }
 
 #[cfg(test)]

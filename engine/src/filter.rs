@@ -11,7 +11,7 @@
 //! and folded down (bits `2i` and `2i + 1` become bit `i`), so no trigram is lost by the
 //! folding. It covers the Session up to `revision`; a commit makes it stale.
 
-use super::Plan;
+use logbook_index::Matcher;
 
 /// Fewest bits of a filter (128 bytes).
 pub const FILTER_BITS_MIN: u32 = 10;
@@ -130,6 +130,41 @@ fn fold(bits: &[u8]) -> Vec<u8> {
         out[i / 2] |= half << (4 * (i % 2));
     }
     out
+}
+
+/// Which docs a postings source must return for the query.
+pub(crate) enum Plan {
+    /// Folded query of 3+ bytes: docs holding all its trigrams.
+    AllOf(Vec<u32>),
+    /// Folded query of 2 bytes `b1 b2`: docs holding any trigram `? b1 b2` or `b1 b2 ?`
+    /// (every field is indexed between edge bytes, so each 2-byte run has one).
+    AnyOf { keys: Vec<u32>, pair: u16 },
+    /// Folded query of 1 byte: every doc (a bounded scan).
+    Every,
+}
+
+impl Plan {
+    pub(crate) fn new(query: &str, matcher: &Matcher) -> Plan {
+        if !matcher.trigrams().is_empty() {
+            return Plan::AllOf(matcher.trigrams().to_vec());
+        }
+        let folded: String = query.chars().map(logbook_index::fold_char).collect();
+        match *folded.as_bytes() {
+            [b1, b2] => {
+                let pair = (u32::from(b1) << 8) | u32::from(b2);
+                let mut keys: Vec<u32> = (0..=255u32)
+                    .flat_map(|c| [(c << 16) | pair, (pair << 8) | c])
+                    .collect();
+                keys.sort_unstable();
+                keys.dedup();
+                Plan::AnyOf {
+                    keys,
+                    pair: u16::from_be_bytes([b1, b2]),
+                }
+            }
+            _ => Plan::Every,
+        }
+    }
 }
 
 #[cfg(test)]
