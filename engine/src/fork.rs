@@ -14,20 +14,20 @@
 //!
 //! Nothing is copied. The fork's log starts with a base record (kind 4)
 //! `{source, through, turn, rows}`, and holds only what is appended after the fork; its
-//! indexes hold only its own entries. `open_base` opens the source when the fork is opened
+//! indexes hold only its own entries. `Base::open` opens the source when the fork is opened
 //! and keeps it in `Base`; the layered accessors of `Inner` and `Session::event_arc` send
 //! every read of a sequence `<= through` or a row ordinal `< rows` to the source's ordinary
 //! read path (recursively, for forks of forks). The source's events under the fence never
 //! change: its later appends go after them and sealing rewrites a segment with the same
 //! records, and reading through the source's `Log` (never by file name) is safe against both.
 //! The fork's state after the fence is derived from the source's state on open
-//! (`base_state`); search asks the source's postings for base rows.
+//! (`Base::state_at_fence`); search asks the source's postings for base rows.
 //!
 //! # Copied forks (first layout, still read)
 //!
 //! A fork written by an earlier build copied the prefix (hard links of sealed segments, the
 //! fence's segment copied or re-framed, then a marker record of kind 3) and the index prefixes.
-//! Such a Session reads nothing from its source; `replay_marker` applies the marker's rules.
+//! Such a Session reads nothing from its source; `crate::layer::apply_marker` applies the marker's rules.
 //!
 //! # How the branch is recorded
 //!
@@ -68,261 +68,15 @@
 
 use crate::error::EngineError;
 use crate::event::Branch;
-use crate::records::{self, Outcome};
-use crate::root::{Entry, Root, Shared};
-use crate::session::{Base, Inner, Session};
-use crate::state::{InvocationState, State};
+pub use crate::params::{ForkFrom, ForkParams, ForkReceiptParams, ForkResult};
+use crate::records::{self, ForkRecord, Outcome};
+use crate::registry::Entry;
+use crate::root::Root;
+use crate::state::State;
 use crate::sync::lock;
 use crate::validate::validate_id;
-use logbook_log::{Durability, Location};
-use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-
-const FORK_STAGING_PREFIX: &str = ".fork-";
-const SESSIONS_DIR: &str = "sessions";
-
-/// Where a fork starts from.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "camelCase")]
-pub enum ForkFrom {
-    /// History through the `turnSettled` of this invocation.
-    Turn { invocation: String },
-    /// The whole current history.
-    All,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ForkParams {
-    pub session_id: String,
-    pub operation: String,
-    pub from: ForkFrom,
-    /// Must equal the source's current revision.
-    pub revision: u64,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct ForkResult {
-    /// The new Session.
-    pub session_id: String,
-    pub branch: Branch,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ForkReceiptParams {
-    pub session_id: String,
-    pub operation: String,
-}
-
-/// Root log payload of [`records::KIND_FORK_SESSION`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct ForkRecord {
-    pub session_id: String,
-    pub workspace: Option<String>,
-    pub branch: Branch,
-    pub operation: String,
-    pub params: [u8; 32],
-}
-
-/// Session log payload of [`records::KIND_FORK`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-struct ForkMarker {
-    source: String,
-    through: u64,
-    turn: Option<String>,
-}
-
-type ForkKey = (String, String);
-
-/// Root-wide state of the fork, diagnostics and patch operations.
-#[derive(Default)]
-pub(crate) struct Extras {
-    /// Committed forks: (source Session, operation) -> (params digest, result).
-    pub(crate) forks: Mutex<HashMap<ForkKey, ([u8; 32], ForkResult)>>,
-    /// Serialises forks (they are rare; building one takes milliseconds).
-    fork_lock: Mutex<()>,
-    pub(crate) diags: crate::diagnostics::DiagLogs,
-}
-
-/// Decodes a Root log fork record and remembers its receipt.
-pub(crate) fn load_record(
-    path: &Path,
-    payload: &[u8],
-    extras: &Extras,
-    layered: bool,
-) -> Result<(String, Entry, ForkRecord), EngineError> {
-    let r: ForkRecord = records::decode(path, "a fork record", payload)?;
-    lock(&extras.forks).insert(
-        (r.branch.session_id.clone(), r.operation.clone()),
-        (
-            r.params,
-            ForkResult {
-                session_id: r.session_id.clone(),
-                branch: r.branch.clone(),
-            },
-        ),
-    );
-    let entry = Entry {
-        workspace: r.workspace.clone(),
-        branch: Some(r.branch.clone()),
-        layered,
-        slot: Default::default(),
-        summary: Default::default(),
-    };
-    Ok((r.session_id.clone(), entry, r))
-}
-
-/// Finishes the rename of the last committed fork if a crash interrupted it, and (`scan`:
-/// after an unclean end) removes staging directories of forks that never committed. A layered
-/// fork's directory half-made by a crash is also made again by its next open.
-pub(crate) fn finish_on_open(
-    shared: &Shared,
-    last: Option<&ForkRecord>,
-    scan: bool,
-) -> Result<(), EngineError> {
-    let sessions = shared.dir.join(SESSIONS_DIR);
-    if let Some(r) = last {
-        let dir = sessions.join(&r.session_id);
-        let staging = sessions.join(format!("{FORK_STAGING_PREFIX}{}", r.session_id));
-        if !dir.exists() {
-            if !staging.is_dir() {
-                return Err(EngineError::corrupt(
-                    &dir,
-                    "the Root log lists this forked Session but neither it nor its staging directory exists",
-                ));
-            }
-            std::fs::rename(&staging, &dir)
-                .map_err(|e| EngineError::io(&dir, "rename into place", e))?;
-            crate::fsutil::sync_dir(&sessions)?;
-        }
-    }
-    // Any staging directory left now belongs to a fork that never committed: never visible.
-    // Looked for only after an unclean end (`scan`): listing `sessions/` costs O(Sessions).
-    if !scan {
-        return Ok(());
-    }
-    let entries =
-        std::fs::read_dir(&sessions).map_err(|e| EngineError::io(&sessions, "list", e))?;
-    let mut removed = false;
-    for e in entries {
-        let e = e.map_err(|e| EngineError::io(&sessions, "list", e))?;
-        if !e
-            .file_name()
-            .to_string_lossy()
-            .starts_with(FORK_STAGING_PREFIX)
-        {
-            continue;
-        }
-        let p = e.path();
-        std::fs::remove_dir_all(&p)
-            .map_err(|e| EngineError::io(&p, "remove an uncommitted fork", e))?;
-        removed = true;
-    }
-    if removed {
-        crate::fsutil::sync_dir(&sessions)?;
-    }
-    Ok(())
-}
-
-/// Applies a fork marker met while replaying a fork's log.
-pub(crate) fn replay_marker(
-    log_path: &Path,
-    loc: Location,
-    payload: &[u8],
-    inner: &mut Inner,
-) -> Result<(), EngineError> {
-    apply_marker(log_path, loc, payload, &mut inner.state)?;
-    inner.receipts.truncate(0)?;
-    Ok(())
-}
-
-/// Checks a fork marker against the state replayed so far and applies its rules to it.
-pub(crate) fn apply_marker(
-    log_path: &Path,
-    loc: Location,
-    payload: &[u8],
-    state: &mut State,
-) -> Result<(), EngineError> {
-    let m: ForkMarker = records::decode(log_path, "a fork marker", payload)?;
-    if m.through != state.revision {
-        return Err(EngineError::corrupt(
-            log_path,
-            format!(
-                "fork marker at {loc:?} says the copied history ends at {}, but it ends at {}",
-                m.through, state.revision
-            ),
-        ));
-    }
-    apply_fork_rules(state);
-    Ok(())
-}
-
-/// What the marker does to the state (see the module documentation).
-fn apply_fork_rules(state: &mut State) {
-    let maps = state.maps_mut();
-    maps.pending.clear();
-    maps.contexts.clear();
-}
-
-/// The state as it was right after event `through` (every derived fact keeps the sequence it
-/// came from, so this needs no replay).
-fn state_at(s: &State, through: u64) -> State {
-    let mut out = State::default();
-    out.revision = through;
-    out.titles = s
-        .titles
-        .iter()
-        .filter(|(q, _)| *q <= through)
-        .cloned()
-        .collect();
-    out.first_line = s.first_line.clone().filter(|(q, _)| *q <= through);
-    let (from, to) = (s.maps(), out.maps_mut());
-    for (inv, st) in &from.invocations {
-        if st.message > through {
-            continue;
-        }
-        let settled = st.settled && st.settled_at <= through;
-        to.invocations.insert(
-            inv.clone(),
-            InvocationState {
-                message: st.message,
-                settled,
-                settled_at: if settled { st.settled_at } else { 0 },
-            },
-        );
-        if !settled {
-            to.queue.insert(st.message, inv.clone());
-        }
-    }
-    for (id, st) in &from.interactions {
-        if st.requested > through {
-            continue;
-        }
-        let mut st = st.clone();
-        st.resolved = st.resolved.filter(|r| *r <= through);
-        if st.resolved.is_none() {
-            to.pending.insert(st.requested, id.clone());
-        }
-        to.interactions.insert(id.clone(), st);
-    }
-    to.internal_calls = from
-        .internal_calls
-        .iter()
-        .filter(|(_, seq)| **seq <= through)
-        .map(|(id, seq)| (id.clone(), *seq))
-        .collect();
-    to.contexts = from
-        .contexts
-        .iter()
-        .copied()
-        .filter(|c| *c <= through)
-        .collect();
-    out
-}
+use logbook_log::Durability;
+use std::sync::Arc;
 
 /// Crash-test hook: when the environment variable `LOGBOOK_FORK_FAILPOINT` names this
 /// point, the process aborts there (as abruptly as a kill -9: no destructor runs). The tests
@@ -339,42 +93,6 @@ fn fork_params(p: &ForkParams) -> [u8; 32] {
         ForkFrom::All => ("all", None),
     };
     records::params_digest("fork", &(kind, inv, p.revision))
-}
-
-/// The base of layered fork: `source` (open) through `through`. The base row count is the
-/// source's row count under the fence.
-pub(crate) fn open_base(
-    fork_dir: &Path,
-    session: Arc<Session>,
-    through: u64,
-) -> Result<Base, EngineError> {
-    let (revision, rows) = {
-        let inner = session.read();
-        let rev = inner.state.revision;
-        (rev, inner.rows_through(through.min(rev))?)
-    };
-    if revision < through {
-        return Err(EngineError::corrupt(
-            fork_dir,
-            format!(
-                "the fork's base is events 1..={through} of Session {}, which holds only {revision}",
-                session.id
-            ),
-        ));
-    }
-    Ok(Base {
-        session,
-        through,
-        rows,
-    })
-}
-
-/// The state of a layered fork right after its fence: the source's state cut at the fence,
-/// with the fork rules applied (no replay: every derived fact keeps its sequence).
-pub(crate) fn base_state(base: &Base) -> State {
-    let mut s = state_at(&base.session.read().state, base.through);
-    apply_fork_rules(&mut s);
-    s
 }
 
 /// Checks `revision` and settledness against the source's state; returns the fence and Turn.
@@ -577,7 +295,4 @@ impl Root {
 
 /// Test hook: the path a fork of `id` is staged under.
 #[doc(hidden)]
-pub fn staging_dir(root: &Path, id: &str) -> PathBuf {
-    root.join(SESSIONS_DIR)
-        .join(format!("{FORK_STAGING_PREFIX}{id}"))
-}
+pub use crate::registry::fork_staging_dir as staging_dir;

@@ -70,10 +70,12 @@ mod fsutil;
 mod history;
 mod journal;
 pub mod json;
+mod layer;
 pub mod params;
 pub mod patches;
 mod progress;
 mod records;
+mod registry;
 mod root;
 mod root_diagnostics;
 pub mod search;
@@ -105,12 +107,15 @@ pub use logbook_log::Durability;
 pub use params::*;
 pub use patches::{PatchInfo, ReadPatchParams};
 pub use progress::{Progress, ProgressSink, ProgressUnit};
+pub use registry::{
+    open_sessions_budget, RootOptions, SearchIndexing, BLOCK_CACHE_BYTES, DESCRIPTORS_RESERVED,
+    DESCRIPTOR_RETRIES_MAX, INDEX_SYNC_INTERVAL, LOCK_WAIT_MAX, OPEN_SESSIONS_BYTES_MAX,
+    OPEN_SESSIONS_MAX, OPEN_SESSIONS_MIN, ROOT_FORMAT_VERSION, ROOT_MAGIC,
+    SEARCH_TAIL_SAVE_PAIRS_MIN, SESSION_DESCRIPTORS,
+};
 pub use root::{
-    open_sessions_budget, Root, RootOptions, SearchIndexing, BLOCK_CACHE_BYTES,
-    DESCRIPTORS_RESERVED, DESCRIPTOR_RETRIES_MAX, INDEX_SYNC_INTERVAL, LOCK_WAIT_MAX,
-    OPEN_SESSIONS_BYTES_MAX, OPEN_SESSIONS_MAX, OPEN_SESSIONS_MIN, READ_ATTACHMENTS_BYTES_MAX,
-    ROOT_FORMAT_VERSION, ROOT_MAGIC, SEARCH_TAIL_SAVE_PAIRS_MIN, SEND_ATTACHMENTS_MAX,
-    SEND_ATTACHMENT_BYTES_MAX, SESSION_DESCRIPTORS, WORKSPACE_BYTES_MAX,
+    Root, READ_ATTACHMENTS_BYTES_MAX, SEND_ATTACHMENTS_MAX, SEND_ATTACHMENT_BYTES_MAX,
+    WORKSPACE_BYTES_MAX,
 };
 pub use search::{
     RootHit, SearchHit, SearchPage, SearchParams, SearchRootPage, SearchRootParams, SearchScope,

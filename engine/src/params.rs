@@ -471,3 +471,38 @@ pub struct SearchPage {
     pub hits: Vec<SearchHit>,
     pub next_after: Option<String>,
 }
+
+/// Where a fork starts from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "camelCase")]
+pub enum ForkFrom {
+    /// History through the `turnSettled` of this invocation.
+    Turn { invocation: String },
+    /// The whole current history.
+    All,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ForkParams {
+    pub session_id: String,
+    pub operation: String,
+    pub from: ForkFrom,
+    /// Must equal the source's current revision.
+    pub revision: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ForkResult {
+    /// The new Session.
+    pub session_id: String,
+    pub branch: Branch,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ForkReceiptParams {
+    pub session_id: String,
+    pub operation: String,
+}

@@ -10,7 +10,7 @@ use std::path::Path;
 pub(crate) const KIND_EVENT: u8 = 1;
 /// Session log: the receipt of the mutation whose events precede it in the same batch.
 pub(crate) const KIND_RECEIPT: u8 = 2;
-/// Session log: a fork marker (`crate::fork::ForkMarker`), written once, right after the
+/// Session log: a fork marker (`crate::layer::ForkMarker`), written once, right after the
 /// history copied from the source; receipts before it belong to the source and are ignored.
 pub(crate) const KIND_FORK: u8 = 3;
 /// Root log: a Session registration, which is also createSession's receipt.
@@ -211,6 +211,16 @@ pub(crate) fn append_params_digest_v1(events: &[Prepared]) -> [u8; 32] {
 pub(crate) fn operation_hash(operation: &str) -> u64 {
     let d = Sha256::digest(operation.as_bytes());
     u64::from_le_bytes(d[..8].try_into().expect("8 bytes"))
+}
+
+/// Root log payload of [`records::KIND_FORK_SESSION`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ForkRecord {
+    pub session_id: String,
+    pub workspace: Option<String>,
+    pub branch: Branch,
+    pub operation: String,
+    pub params: [u8; 32],
 }
 
 /// Room kept before an event's encoding for the varint of its sequence (a u64 takes at most 10).

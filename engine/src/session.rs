@@ -133,6 +133,44 @@ pub(crate) struct Base {
     pub rows: u64,
 }
 
+impl Base {
+    /// The base of a layered fork: `session` (the source, open) through `through`. The base
+    /// row count is the source's row count under the fence.
+    pub(crate) fn open(
+        fork_dir: &Path,
+        session: Arc<Session>,
+        through: u64,
+    ) -> Result<Base, EngineError> {
+        let (revision, rows) = {
+            let inner = session.read();
+            let rev = inner.state.revision;
+            (rev, inner.rows_through(through.min(rev))?)
+        };
+        if revision < through {
+            return Err(EngineError::corrupt(
+                fork_dir,
+                format!(
+                    "the fork's base is events 1..={through} of Session {}, which holds only {revision}",
+                    session.id
+                ),
+            ));
+        }
+        Ok(Base {
+            session,
+            through,
+            rows,
+        })
+    }
+
+    /// The fork's state right after its fence: the source's state cut at the fence, with the
+    /// fork rules applied (no replay: every derived fact keeps its sequence).
+    pub(crate) fn state_at_fence(&self) -> State {
+        let mut s = crate::layer::state_at(&self.session.read().state, self.through);
+        crate::layer::apply_fork_rules(&mut s);
+        s
+    }
+}
+
 /// The derived, lock-protected part of a Session.
 ///
 /// `seq` and `rows` hold this Session's own entries: for a layered fork (`base` set) entry
@@ -257,7 +295,7 @@ impl Inner {
     /// (the base's state at the fence, for a layered fork).
     fn start_over(&mut self) -> Result<(), IndexError> {
         self.state = match &self.base {
-            Some(b) => crate::fork::base_state(b),
+            Some(b) => b.state_at_fence(),
             None => State::default(),
         };
         self.seq.truncate(0)?;
@@ -753,7 +791,8 @@ impl Session {
                 records::KIND_FORK => {
                     // Everything before the marker was copied from the source Session: its
                     // receipts are the source's, and the marker's rules reset the state.
-                    crate::fork::replay_marker(&log_path, loc, &record.payload, &mut inner)?;
+                    crate::layer::apply_marker(&log_path, loc, &record.payload, &mut inner.state)?;
+                    inner.receipts.truncate(0)?;
                     receipt_at = inner.receipts.len();
                 }
                 other => {
@@ -1451,7 +1490,7 @@ impl Session {
             ix.check_all()?;
         }
         let mut state = match &inner.base {
-            Some(b) => crate::fork::base_state(b),
+            Some(b) => b.state_at_fence(),
             None => State::default(),
         };
         let (mut row, mut receipt) = (inner.row_base(), 0u64);
@@ -1506,7 +1545,7 @@ impl Session {
                 }
                 records::KIND_FORK => {
                     // Receipts before a fork marker were copied from the source: not indexed.
-                    crate::fork::apply_marker(self.log.dir(), loc, &record.payload, &mut state)?;
+                    crate::layer::apply_marker(self.log.dir(), loc, &record.payload, &mut state)?;
                     receipts.clear();
                 }
                 other => {

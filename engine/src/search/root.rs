@@ -47,7 +47,7 @@ use super::{row_entry, Page, Plan, TrigramFilter, CANDIDATE_BATCH};
 use crate::error::EngineError;
 use crate::journal::Journal;
 use crate::params::Position;
-use crate::root::{Shared, SESSIONS_DIR};
+use crate::registry::{Shared, SESSIONS_DIR};
 use crate::session::Session;
 use crate::sync::lock;
 use base64::Engine as _;
@@ -514,7 +514,7 @@ fn sessions_in_scope(
     plan: &Plan,
 ) -> Result<Vec<Listed>, EngineError> {
     let reg = lock(&sh.registry);
-    let mut entries: Vec<(&String, &crate::root::Entry)> = Vec::new();
+    let mut entries: Vec<(&String, &crate::registry::Entry)> = Vec::new();
     match &scope.session_ids {
         Some(ids) => {
             let mut ids: Vec<&String> = ids.iter().collect();

@@ -1,0 +1,991 @@
+//! The catalog layer: the Root's header, writer lock and Root log, the registry of its
+//! Sessions, the cache of open Sessions (bounded by descriptors and memory), and the index
+//! sync thread. The operations (history, search, fork, diagnostics, patches) and the public
+//! `Root` are above it.
+
+use crate::blobs::BlobStore;
+use crate::catalog::Summary;
+use crate::error::{EngineError, ErrorKind};
+use crate::event::Branch;
+use crate::params::*;
+use crate::progress::ProgressSink;
+use crate::records::{self, ForkRecord, SessionRecord};
+use crate::session::{Checkpoint, Closing, Session};
+pub(crate) use crate::sync::lock;
+use logbook_log::{Durability, Log, Record};
+use sha2::{Digest, Sha256};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Magic bytes of the Root header file `logbook.root`.
+pub const ROOT_MAGIC: [u8; 8] = *b"LBROOT\0\0";
+/// The Root format version this build writes and reads (covers every engine-level file and
+/// record encoding in the Root; the log and index files carry their own versions too).
+pub const ROOT_FORMAT_VERSION: u32 = 1;
+pub(crate) const ROOT_HEADER_BYTES: usize = 20;
+/// How often the background flusher makes derived indexes durable (the state checkpoint
+/// follows log growth instead: see [`crate::CHECKPOINT_LOG_BYTES`]).
+pub const INDEX_SYNC_INTERVAL: Duration = Duration::from_millis(250);
+
+pub(crate) const HEADER_FILE: &str = "logbook.root";
+pub(crate) const LOCK_FILE: &str = "lock";
+pub(crate) const ROOT_LOG_DIR: &str = "root-log";
+pub(crate) const SESSIONS_DIR: &str = "sessions";
+pub(crate) const STAGING_PREFIX: &str = ".staging-";
+
+/// How a Root is opened.
+#[derive(Clone, Debug)]
+pub struct RootOptions {
+    /// `Sync` (default): every mutation is on disk before it returns.
+    /// `NoSyncBulkImport`: nothing is fsynced; a crash may lose recent mutations (bulk import).
+    pub durability: Durability,
+    /// Cadence of the background index sync (the state checkpoint is written when a Session's
+    /// log grew by [`crate::CHECKPOINT_LOG_BYTES`], and on close).
+    pub index_sync_interval: Duration,
+    /// Size at which Session logs roll to a new segment (tests use tiny ones).
+    pub segment_bytes_max: u64,
+    /// Where long work (index rebuilds, postings builds, verify) reports progress.
+    pub progress: ProgressSink,
+    /// When appended rows enter the search index.
+    pub search_indexing: SearchIndexing,
+    /// Bytes of decompressed log blocks the Root keeps in memory for all its Sessions
+    /// together (history pages and searches that come back to text read before).
+    pub block_cache_bytes: usize,
+    /// A Session's search postings of its active log segment are saved when the Root
+    /// closes (or the cache closes the Session and its log is synced already) if they hold
+    /// at least this many (trigram, row) pairs, so that the first search after the next
+    /// open indexes only the rows appended since. Smaller ones are
+    /// rebuilt from the log by that search (quick: about 50 KB of text at the default).
+    pub search_tail_save_pairs_min: u64,
+    /// A Session closed (by the open-Session cache or the Root's close) with at least this
+    /// many record bytes in its newest log segment has that segment sealed, i.e. compressed,
+    /// in the background, so that an idle Session costs its compressed size on disk; the
+    /// next open starts a new segment. `u64::MAX` never seals at close.
+    pub seal_on_close_bytes_min: u64,
+    /// Most Sessions kept open at once: past it, opening one more first closes the least
+    /// recently used idle ones (see [`open_sessions_budget`]). The default follows the
+    /// process's descriptor limit.
+    pub open_sessions_max: usize,
+    /// The file system under every Session log; `None` is the real one. For fault injection
+    /// in tests (see `logbook_log::io::FaultyFs`).
+    #[doc(hidden)]
+    pub log_fs: Option<Arc<dyn logbook_log::io::FileSystem>>,
+}
+
+/// Default [`RootOptions::block_cache_bytes`]: 1,024 blocks of 64 KiB.
+pub const BLOCK_CACHE_BYTES: usize = 64 << 20;
+
+/// File descriptors one open Session holds while idle: its log's active segment, `seq.idx`,
+/// `row.idx` and `receipt.idx` (measured by `engine/tests/open_sessions.rs`, which fails when
+/// this falls behind). Sealed segments that a read reaches, a diagnostics log and search
+/// postings being written add a few more for a while.
+pub const SESSION_DESCRIPTORS: u64 = 4;
+
+/// Descriptors the open-Session budget leaves for everything else: the Root's own (writer
+/// lock, Root log, blob store writes, staging of new Sessions), the server's streams, git and
+/// workspace reads, and the sealed segments and postings files that Sessions open for a while.
+pub const DESCRIPTORS_RESERVED: u64 = 96;
+
+/// Fewest Sessions the cache keeps open, however low the descriptor limit (below this many
+/// the Root cannot work well anyway; running out of descriptors is still retried).
+pub const OPEN_SESSIONS_MIN: usize = 4;
+
+/// Most Sessions the cache keeps open, however high the descriptor limit: each open Session
+/// costs threads and memory too (see `docs/format.md`, "What an open Session costs").
+pub const OPEN_SESSIONS_MAX: usize = 256;
+
+/// Bytes the open Sessions together may hold in memory (event caches and mapped indexes,
+/// see `Session::resident_bytes`) before opening one more closes idle ones.
+pub const OPEN_SESSIONS_BYTES_MAX: u64 = 256 << 20;
+
+/// Times one call gives idle Sessions back and tries again after running out of file
+/// descriptors, before it answers `io`.
+pub const DESCRIPTOR_RETRIES_MAX: u32 = 8;
+
+/// The default [`RootOptions::open_sessions_max`]: what the soft `RLIMIT_NOFILE` leaves after
+/// [`DESCRIPTORS_RESERVED`], divided by [`SESSION_DESCRIPTORS`], within
+/// [`OPEN_SESSIONS_MIN`]..=[`OPEN_SESSIONS_MAX`]. Under `ulimit -n 256` (the macOS default)
+/// that is 40 Sessions.
+pub fn open_sessions_budget() -> usize {
+    let soft = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(u64::MAX);
+    let sessions = soft.saturating_sub(DESCRIPTORS_RESERVED) / SESSION_DESCRIPTORS;
+    usize::try_from(sessions)
+        .unwrap_or(usize::MAX)
+        .clamp(OPEN_SESSIONS_MIN, OPEN_SESSIONS_MAX)
+}
+
+/// Default [`RootOptions::search_tail_save_pairs_min`].
+pub const SEARCH_TAIL_SAVE_PAIRS_MIN: u64 = 1 << 14;
+
+/// When appended rows enter a Session's search index (the index is derived either way, and a
+/// search always sees every row under its fence).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SearchIndexing {
+    /// Every append indexes its rows before it returns (default).
+    #[default]
+    OnAppend,
+    /// Appends leave the index behind; the next search of the Session indexes every row
+    /// appended since, reading them from the log. For bulk imports: appends cost only the
+    /// log and row indexes, and the first search pays for the indexing.
+    OnSearch,
+}
+
+impl Default for RootOptions {
+    fn default() -> Self {
+        RootOptions {
+            durability: Durability::Sync,
+            index_sync_interval: INDEX_SYNC_INTERVAL,
+            segment_bytes_max: logbook_log::SEGMENT_BYTES_MAX,
+            progress: ProgressSink::default(),
+            search_indexing: SearchIndexing::OnAppend,
+            block_cache_bytes: BLOCK_CACHE_BYTES,
+            search_tail_save_pairs_min: SEARCH_TAIL_SAVE_PAIRS_MIN,
+            seal_on_close_bytes_min: crate::session::SEAL_ON_CLOSE_BYTES_MIN,
+            open_sessions_max: open_sessions_budget(),
+            log_fs: None,
+        }
+    }
+}
+
+pub(crate) type SessionSlot = Arc<Mutex<Option<Arc<Session>>>>;
+
+pub(crate) struct Entry {
+    pub(crate) workspace: Option<String>,
+    pub(crate) branch: Option<Branch>,
+    /// A layered fork: `branch` is its base, read from the source (see `crate::fork`).
+    pub(crate) layered: bool,
+    pub(crate) slot: SessionSlot,
+    /// What listings show without opening the Session (see `crate::catalog`).
+    pub(crate) summary: Arc<Summary>,
+}
+
+#[derive(Default)]
+pub(crate) struct Registry {
+    pub(crate) sessions: BTreeMap<String, Entry>,
+    /// createSession receipts: operation -> (params digest, sessionId).
+    pub(crate) receipts: HashMap<String, ([u8; 32], String)>,
+    /// Session ids reserved by a createSession or fork whose I/O runs outside this lock.
+    pub(crate) reserved: HashSet<String>,
+    /// createSession operations in flight (a repeat waits for the first to finish).
+    pub(crate) creating: HashSet<String>,
+}
+
+impl Registry {
+    /// True when `id` names a Session or one being made.
+    pub(crate) fn taken(&self, id: &str) -> bool {
+        self.sessions.contains_key(id) || self.reserved.contains(id)
+    }
+}
+
+pub(crate) struct Shared {
+    pub(crate) dir: PathBuf,
+    pub(crate) options: RootOptions,
+    /// Shared by the logs of every Session of the Root.
+    pub(crate) block_cache: Arc<logbook_log::BlockCache>,
+    /// Syncs of `sessions/` after a new Session's directory is renamed into it, shared by
+    /// creations running at once.
+    pub(crate) sessions_sync: crate::fsutil::SharedDirSync,
+    /// The writer lock (see `take_lock`); released when the last reference goes.
+    pub(crate) _lock: WriterLock,
+    pub(crate) root_log: Log,
+    pub(crate) registry: Mutex<Registry>,
+    /// The open Sessions: a cache, not a set (see [`Shared::make_room`]). Each is also in its
+    /// registry entry's slot; the slot lock is taken before this one, never after.
+    pub(crate) opened: Mutex<Vec<Open>>,
+    /// Counts Session uses, for the cache's least-recently-used order.
+    pub(crate) uses: AtomicU64,
+    /// Most Sessions kept open: [`RootOptions::open_sessions_max`], lowered when the process
+    /// ran out of descriptors with fewer open.
+    pub(crate) open_max: AtomicUsize,
+    pub(crate) blobs: BlobStore,
+    pub(crate) ids: IdGen,
+    /// Commits and new Sessions in order, for Root-wide searches (see `crate::journal`).
+    pub(crate) journal: Arc<crate::journal::Journal>,
+    /// The catalog snapshot on disk, removed before the first commit (see `crate::catalog`).
+    pub(crate) snapshot: Arc<crate::catalog::Snapshot>,
+    /// Fork receipts, diagnostics logs and patch storage (see `crate::fork`).
+    pub(crate) extras: Extras,
+    pub(crate) stop: Mutex<bool>,
+    pub(crate) stop_signal: Condvar,
+    /// The index sync thread, started on first need.
+    pub(crate) flusher: Arc<Flusher>,
+    /// What every Session's commits tell the Root (see `crate::catalog::Activity`).
+    pub(crate) commits: Arc<RootCommits>,
+    /// Signalled when a reservation in the registry ends (see [`Registry::reserved`]).
+    pub(crate) reservation_ended: Condvar,
+    /// Torn tails cut by the opens of this process (see [`Root::recoveries`]).
+    pub(crate) cuts: Mutex<Vec<CutNote>>,
+    /// Set once by [`Root::end_waits`]: every wait answers at once from then on.
+    pub(crate) waits_ended: AtomicBool,
+}
+
+/// One open Session in the cache, with the registry slot that also holds it.
+pub(crate) struct Open {
+    pub(crate) session: Arc<Session>,
+    pub(crate) slot: SessionSlot,
+}
+
+/// References to an idle cached Session: its slot's and the cache's. A larger count means a
+/// call is using it (or a layered fork holds it as its source), so it is not closed.
+pub(crate) const IDLE_REFERENCES: usize = 2;
+
+/// The Root's side of its Sessions' commits: the journal, the catalog snapshot, the index
+/// sync thread.
+pub(crate) struct RootCommits {
+    pub(crate) journal: Arc<crate::journal::Journal>,
+    pub(crate) snapshot: Arc<crate::catalog::Snapshot>,
+    pub(crate) flusher: Arc<Flusher>,
+}
+
+impl crate::catalog::Commits for RootCommits {
+    fn before_change(&self) -> Result<(), EngineError> {
+        self.snapshot.before_change()
+    }
+
+    fn committed(&self, session_id: &str, first: u64, summary: &Summary) {
+        self.journal.record(session_id, first, summary);
+        // The commit gave the index sync thread entries to sync.
+        self.flusher.ensure_started();
+    }
+}
+
+/// The background thread that makes derived indexes durable (`Shared::flush_loop`). It is
+/// started by the first change that gives it work (a commit, or a Session whose open replayed
+/// part of its log), so a Root opened to read starts no thread at all.
+#[derive(Default)]
+pub(crate) struct Flusher {
+    /// The Root's shared state, for the thread to work on; set once the Root is built.
+    pub(crate) shared: std::sync::OnceLock<std::sync::Weak<Shared>>,
+    pub(crate) started: AtomicBool,
+    pub(crate) handle: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Flusher {
+    /// Starts the thread unless it runs already (or the Root is closing). A failure to start
+    /// it is ignored: indexes are then synced at close, and rebuilt by an open after a crash.
+    pub(crate) fn ensure_started(&self) {
+        if self.started.load(Ordering::Acquire) {
+            return;
+        }
+        let mut handle = lock(&self.handle);
+        let Some(shared) = self.shared.get().and_then(std::sync::Weak::upgrade) else {
+            return;
+        };
+        if self.started.load(Ordering::Acquire) || *lock(&shared.stop) {
+            return;
+        }
+        let spawned = std::thread::Builder::new()
+            .name("logbook-index-sync".into())
+            .spawn(move || shared.flush_loop());
+        if let Ok(h) = spawned {
+            *handle = Some(h);
+            self.started.store(true, Ordering::Release);
+        }
+    }
+
+    /// Ends the thread (the caller has set `stop`) and waits for it.
+    pub(crate) fn join(&self) {
+        if let Some(h) = lock(&self.handle).take() {
+            let _ = h.join();
+        }
+    }
+}
+
+pub(crate) struct IdGen {
+    pub(crate) seed: [u8; 32],
+    pub(crate) counter: AtomicU64,
+}
+
+impl IdGen {
+    pub(crate) fn new(dir: &Path) -> IdGen {
+        let mut h = Sha256::new();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        h.update(now.as_nanos().to_le_bytes());
+        h.update(std::process::id().to_le_bytes());
+        h.update(dir.as_os_str().as_encoded_bytes());
+        let local = 0u8;
+        h.update((&local as *const u8 as usize).to_le_bytes());
+        IdGen {
+            seed: h.finalize().into(),
+            counter: AtomicU64::new(0),
+        }
+    }
+
+    /// A number that tells this open of the Root from every other.
+    pub(crate) fn epoch(&self) -> u64 {
+        u64::from_le_bytes(self.seed[24..32].try_into().expect("8 bytes"))
+    }
+
+    pub(crate) fn next(&self, prefix: &str) -> String {
+        let n = self.counter.fetch_add(1, Ordering::Relaxed);
+        let mut h = Sha256::new();
+        h.update(self.seed);
+        h.update(n.to_le_bytes());
+        let d = h.finalize();
+        let mut s = String::from(prefix);
+        for b in &d[..12] {
+            s.push_str(&format!("{b:02x}"));
+        }
+        s
+    }
+}
+
+pub(crate) fn encode_header() -> [u8; ROOT_HEADER_BYTES] {
+    let mut h = [0u8; ROOT_HEADER_BYTES];
+    h[0..8].copy_from_slice(&ROOT_MAGIC);
+    h[8..12].copy_from_slice(&ROOT_FORMAT_VERSION.to_le_bytes());
+    let crc = crc32fast::hash(&h[..16]);
+    h[16..20].copy_from_slice(&crc.to_le_bytes());
+    h
+}
+
+pub(crate) fn check_header(dir: &Path) -> Result<(), EngineError> {
+    let path = dir.join(HEADER_FILE);
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(EngineError::not_found(format!(
+                "Logbook Root at {} (no {HEADER_FILE}); create one with init on an absent or empty directory",
+                dir.display()
+            )))
+        }
+        Err(e) => return Err(EngineError::io(&path, "read", e)),
+    };
+    if bytes.len() < 12 || bytes[..8] != ROOT_MAGIC {
+        return Err(EngineError::corrupt(
+            &path,
+            "not a Logbook Root header (wrong magic bytes)",
+        ));
+    }
+    let version = u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes"));
+    if version != ROOT_FORMAT_VERSION {
+        return Err(EngineError::UnsupportedFormat {
+            path,
+            found: version,
+            expected: ROOT_FORMAT_VERSION,
+        });
+    }
+    if bytes.len() != ROOT_HEADER_BYTES
+        || crc32fast::hash(&bytes[..16])
+            != u32::from_le_bytes(bytes[16..20].try_into().expect("4 bytes"))
+    {
+        return Err(EngineError::corrupt(&path, "Root header checksum mismatch"));
+    }
+    Ok(())
+}
+
+/// Takes the writer lock: an exclusive `flock` on the Root directory itself.
+///
+/// The lock is on the directory, not on a file inside it, because a file can be deleted or
+/// replaced under a holder (`rm ROOT/lock`): the next opener would then create a fresh file,
+/// lock it without contention and become a second writer. The directory cannot be swapped
+/// out from under an open descriptor without moving the whole Root, which moves its data too.
+pub(crate) fn take_lock(dir: &Path) -> Result<WriterLock, EngineError> {
+    use rustix::fs::{Mode, OFlags};
+    // CLOEXEC so that no spawned child (git, an editor) inherits and keeps the lock alive
+    // after this process ends; rustix does not add it on its own.
+    let fd = rustix::fs::open(
+        dir,
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| EngineError::io(dir, "open for the writer lock", std::io::Error::from(e)))?;
+    flock_waiting(&fd, dir)?;
+    // Builds before the directory lock locked `ROOT/lock`: hold that too while it exists, so
+    // an older build opening the same Root meanwhile is kept out as well.
+    let path = dir.join(LOCK_FILE);
+    let legacy = match rustix::fs::open(&path, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty()) {
+        Ok(f) => Some(f),
+        Err(rustix::io::Errno::NOENT) => None,
+        Err(e) => return Err(EngineError::io(&path, "open", std::io::Error::from(e))),
+    };
+    if let Some(f) = &legacy {
+        flock_waiting(f, dir)?;
+    }
+    Ok(WriterLock {
+        dir: Arc::new(fd),
+        _legacy: legacy,
+    })
+}
+
+/// The writer lock's descriptors: the Root directory's, and `ROOT/lock`'s when it exists.
+pub(crate) struct WriterLock {
+    /// Also the descriptor the catalog snapshot syncs the Root directory through, so that a
+    /// commit needs no new descriptor (see `crate::catalog::Snapshot::before_change`).
+    pub(crate) dir: Arc<OwnedFd>,
+    pub(crate) _legacy: Option<OwnedFd>,
+}
+
+/// Takes an exclusive flock on `fd`, waiting up to [`LOCK_WAIT_MAX`]; `Busy` after that.
+pub(crate) fn flock_waiting(fd: &OwnedFd, dir: &Path) -> Result<(), EngineError> {
+    use rustix::fs::FlockOperation;
+    // A lock can outlive its Root by a moment: a child process that this process spawns
+    // shares every open file description until its exec closes them, so a Root dropped and
+    // opened again while another thread spawns can find its own old lock still held. Such a
+    // lock goes within milliseconds; another writer's lock does not.
+    let deadline = std::time::Instant::now() + LOCK_WAIT_MAX;
+    loop {
+        match rustix::fs::flock(fd, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => return Ok(()),
+            Err(rustix::io::Errno::WOULDBLOCK) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            Err(rustix::io::Errno::WOULDBLOCK) => {
+                return Err(EngineError::Busy {
+                    path: dir.to_owned(),
+                })
+            }
+            Err(e) => {
+                return Err(EngineError::io(
+                    dir,
+                    "lock (flock)",
+                    std::io::Error::from(e),
+                ))
+            }
+        }
+    }
+}
+
+/// How long opening a Root waits for a held writer lock before it answers `Busy`.
+pub const LOCK_WAIT_MAX: Duration = Duration::from_millis(500);
+
+impl Shared {
+    pub(crate) fn log_config(&self) -> logbook_log::LogConfig {
+        logbook_log::LogConfig {
+            segment_bytes_max: self.options.segment_bytes_max,
+            durability: self.options.durability,
+            block_cache: Some(Arc::clone(&self.block_cache)),
+            fs: self.options.log_fs.clone(),
+            ..logbook_log::LogConfig::default()
+        }
+    }
+
+    /// Session `id`, opened when it is not open; a failed open is remembered in the catalog
+    /// (listings show it) until an open succeeds.
+    pub(crate) fn session(&self, id: &str) -> Result<Arc<Session>, EngineError> {
+        let opened = self.with_descriptors(|| self.session_once(id));
+        // Only a failure costs a registry lookup here; a successful open clears the mark
+        // where it opens (`session_once`), so requests on an open Session pay nothing.
+        if let Err(e) = &opened {
+            if matches!(e.kind(), ErrorKind::Corrupt | ErrorKind::UnsupportedFormat) {
+                if let Some(entry) = lock(&self.registry).sessions.get(id) {
+                    *lock(&entry.summary.damage) = Some(DamageNote::of(Some(id), e));
+                }
+            }
+        }
+        opened
+    }
+
+    /// Runs `f`; when it fails for want of file descriptors (EMFILE or ENFILE, also inside a
+    /// log or index error), closes idle Sessions and runs it again, up to
+    /// [`DESCRIPTOR_RETRIES_MAX`] times, so that no caller sees the process's limit. When it
+    /// fails on an index entry that is damaged (entries are checked when read), the Session
+    /// was marked for a rebuild and `f` runs once more: its `session` call opens the Session
+    /// again with every index rebuilt from the log, so the caller gets its answer, not the
+    /// damage. `f` must be safe to repeat: a read, an open, or a build that starts over.
+    pub(crate) fn with_descriptors<R>(
+        &self,
+        mut f: impl FnMut() -> Result<R, EngineError>,
+    ) -> Result<R, EngineError> {
+        let (mut tries, mut rebuilt) = (0, false);
+        loop {
+            match f() {
+                Err(e) if e.is_out_of_descriptors() && tries < DESCRIPTOR_RETRIES_MAX => {
+                    tries += 1;
+                    self.out_of_descriptors(tries);
+                }
+                Err(e) if e.is_index_damage() && !rebuilt => rebuilt = true,
+                r => return r,
+            }
+        }
+    }
+
+    /// The process hit its descriptor limit: keep fewer Sessions open from now on (what the
+    /// budget assumed per Session was too little here), and close idle ones now.
+    pub(crate) fn out_of_descriptors(&self, tries: u32) {
+        let open = lock(&self.opened).len();
+        let fewer = (open * 3 / 4).max(OPEN_SESSIONS_MIN);
+        self.open_max.fetch_min(fewer, Ordering::AcqRel);
+        let closed = self.close_idle(fewer.min(open.saturating_sub(1)), 0);
+        if closed == 0 {
+            // Every open Session is in use: descriptors come back as those calls end (or
+            // another process closes some).
+            std::thread::sleep(Duration::from_millis(5) * tries);
+        }
+    }
+
+    /// Makes room in the cache for one more open Session: closes the least recently used
+    /// idle Sessions while the open ones number [`RootOptions::open_sessions_max`] or hold
+    /// more than [`OPEN_SESSIONS_BYTES_MAX`]. Sessions in use stay open even past the budget.
+    pub(crate) fn make_room(&self) {
+        // Counted outside the cache lock: each count takes a Session's own locks.
+        let sessions = self.open_sessions();
+        let open = sessions.len();
+        let bytes: u64 = sessions.iter().map(|s| s.resident_bytes()).sum();
+        // These references would make every Session look in use to `close_idle`.
+        drop(sessions);
+        let max = self.open_max.load(Ordering::Acquire);
+        if open < max && bytes <= OPEN_SESSIONS_BYTES_MAX {
+            return;
+        }
+        let keep = open.min(max).saturating_sub(1);
+        let over = bytes.saturating_sub(OPEN_SESSIONS_BYTES_MAX);
+        self.close_idle(keep, over);
+    }
+
+    /// Closes least recently used idle Sessions until at most `keep` are open and at least
+    /// `free_bytes` of their memory went; returns how many it closed. A Session is idle when
+    /// only the cache and its slot hold it; one whose slot is locked (being opened, reopened
+    /// or closed) is skipped. Each is closed under its slot lock, so nobody opens a second
+    /// object over its files until the first one's descriptors and threads are gone.
+    pub(crate) fn close_idle(&self, keep: usize, free_bytes: u64) -> usize {
+        let mut order: Vec<(u64, SessionSlot)> = lock(&self.opened)
+            .iter()
+            .map(|o| (o.session.last_use(), Arc::clone(&o.slot)))
+            .collect();
+        order.sort_by_key(|(used, _)| *used);
+        let (mut closed, mut freed) = (0, 0u64);
+        for (_, slot) in order {
+            if lock(&self.opened).len() <= keep && freed >= free_bytes {
+                break;
+            }
+            let mut guard = match slot.try_lock() {
+                Ok(g) => g,
+                Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => continue,
+            };
+            let Some(session) = self.take_idle(&mut guard) else {
+                continue;
+            };
+            freed += session.resident_bytes();
+            session.close(&self.closing());
+            // The last reference: its files close and its threads end here, under the slot.
+            drop(session);
+            drop(guard);
+            closed += 1;
+        }
+        closed
+    }
+
+    /// Takes the Session in a locked slot out of the cache when it is idle. The cache lock
+    /// is held over the count and the removal, and the slot is locked by the caller, so no
+    /// new reference can appear in between: the caller gets the only one.
+    pub(crate) fn take_idle(&self, slot: &mut Option<Arc<Session>>) -> Option<Arc<Session>> {
+        let mut opened = lock(&self.opened);
+        let s = slot.as_ref()?;
+        // A failed Session is left to the reopen path, which retires it properly.
+        if Arc::strong_count(s) != IDLE_REFERENCES || s.needs_reopen() {
+            return None;
+        }
+        let s = slot.take()?;
+        opened.retain(|o| !Arc::ptr_eq(&o.session, &s));
+        Some(s)
+    }
+
+    pub(crate) fn session_once(&self, id: &str) -> Result<Arc<Session>, EngineError> {
+        let (slot, layered, plain, summary) = {
+            let reg = lock(&self.registry);
+            let e = reg
+                .sessions
+                .get(id)
+                .ok_or_else(|| EngineError::not_found(format!("Session {id}")))?;
+            let layered = if e.layered { e.branch.clone() } else { None };
+            // A Session made by createSession (not a fork): its workspace.
+            let plain = e.branch.is_none().then(|| e.workspace.clone());
+            (e.slot.clone(), layered, plain, Arc::clone(&e.summary))
+        };
+        let mut guard = lock(&slot);
+        if let Some(s) = guard.as_ref() {
+            if !s.needs_reopen() {
+                s.touch(self.uses.fetch_add(1, Ordering::Relaxed));
+                return Ok(Arc::clone(s));
+            }
+            // Its log refuses appends after a failed write or fdatasync, or a panic under one
+            // of its locks may have left its indexes half updated: open it again from disk
+            // (log recovery, then replay from the checkpoint), so one transient failure does
+            // not leave the Session read-only for the life of the process. The receipts on
+            // disk decide whether a failed mutation is there; nothing is applied twice.
+            s.retire()?;
+            let old = guard.take().expect("checked above");
+            lock(&self.opened).retain(|o| !Arc::ptr_eq(&o.session, &old));
+        }
+        self.make_room();
+        let dir = self.dir.join(SESSIONS_DIR).join(id);
+        let base = match layered {
+            Some(b) => {
+                self.check_chain(id, &b.session_id)?;
+                let source = self.session(&b.session_id)?;
+                if !dir.is_dir() {
+                    self.make_fork_dir(id)?;
+                }
+                Some(crate::session::Base::open(&dir, source, b.through)?)
+            }
+            None => None,
+        };
+        if let Some(workspace) = plain.filter(|_| !dir.is_dir() && self.staging_of(id).is_dir()) {
+            // Registered, but the rename into place failed or a crash came first.
+            self.materialize(id, workspace, None)?;
+        }
+        if !dir.is_dir() {
+            return Err(EngineError::corrupt(
+                &dir,
+                "the Root log lists this Session but its directory is missing",
+            ));
+        }
+        let diags = self.extras.diags.of(id, &dir, self.log_config());
+        let s = Arc::new(Session::open_with(
+            id,
+            &dir,
+            self.log_config(),
+            base,
+            self.options.progress.clone(),
+            diags,
+        )?);
+        for (source, operation) in lock(&self.extras.forks).keys() {
+            if source == id {
+                s.add_fork_op(operation);
+            }
+        }
+        if self.options.search_indexing == SearchIndexing::OnSearch {
+            s.index_search_on_search();
+        }
+        // It opened: no longer damaged. Appends mark its last activity in the catalog.
+        *lock(&summary.damage) = None;
+        let _ = s.activity.set(crate::catalog::Activity {
+            summary,
+            root: Arc::clone(&self.commits) as Arc<dyn crate::catalog::Commits>,
+        });
+        if s.indexes_dirty() {
+            // Its open replayed part of its log: the indexes have entries to sync.
+            self.flusher.ensure_started();
+        }
+        if let Some(c) = &s.cut {
+            self.options.progress.notice(&c.to_string());
+            lock(&self.cuts).push(c.clone());
+        }
+        s.touch(self.uses.fetch_add(1, Ordering::Relaxed));
+        *guard = Some(Arc::clone(&s));
+        lock(&self.opened).push(Open {
+            session: Arc::clone(&s),
+            slot: Arc::clone(&slot),
+        });
+        Ok(s)
+    }
+
+    /// Makes the Session directory for a registered Session unless it exists: built under a
+    /// staging name (ids never start with '.') and renamed into place, so it appears whole.
+    /// Following the sources from layered fork `id`'s source must never come back to `id`
+    /// (only a damaged Root log could say so; opening would never finish).
+    pub(crate) fn check_chain(&self, id: &str, source: &str) -> Result<(), EngineError> {
+        let reg = lock(&self.registry);
+        let mut at = source;
+        for _ in 0..=reg.sessions.len() {
+            if at == id {
+                return Err(EngineError::corrupt(
+                    self.dir.join(SESSIONS_DIR).join(id),
+                    "the Root log's chain of fork sources comes back to this fork",
+                ));
+            }
+            match reg.sessions.get(at).and_then(|e| e.branch.as_ref()) {
+                Some(b) => at = &b.session_id,
+                None => break,
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes the directory of layered fork `id` on its first open: an empty log under
+    /// `sessions/.fork-<id>` (a half-made one from a crash is removed first), synced, renamed
+    /// into place, `sessions/` synced. Everything in it is derived from the Root log record.
+    pub(crate) fn make_fork_dir(&self, id: &str) -> Result<(), EngineError> {
+        let sessions = self.dir.join(SESSIONS_DIR);
+        let staging = fork_staging_dir(&self.dir, id);
+        if staging.exists() {
+            std::fs::remove_dir_all(&staging)
+                .map_err(|e| EngineError::io(&staging, "remove a half-made fork", e))?;
+        }
+        std::fs::create_dir(&staging)
+            .map_err(|e| EngineError::io(&staging, "create directory", e))?;
+        // `Log::create` syncs its file, its directory and `staging` (the log directory's name).
+        drop(Log::create(&staging.join("log"), self.log_config())?);
+        let dir = sessions.join(id);
+        std::fs::rename(&staging, &dir)
+            .map_err(|e| EngineError::io(&dir, "rename into place", e))?;
+        if self.options.durability == Durability::Sync {
+            self.sessions_sync.sync(&sessions)?;
+        }
+        Ok(())
+    }
+
+    /// Writes the Root-log record that registers a new Session: the creation's commit point.
+    /// The Session's directory is built (under its staging name) before, and put in place
+    /// after; a crash or a failed rename in between is finished on the Session's next use.
+    pub(crate) fn append_session_record(&self, r: &SessionRecord) -> Result<(), EngineError> {
+        let payload = records::encode(r);
+        self.root_log.append(&[Record {
+            kind: records::KIND_SESSION,
+            payload: &payload,
+        }])?;
+        Ok(())
+    }
+
+    /// Builds Session `id`'s directory under its staging name (ids never start with '.'),
+    /// removing whatever an earlier attempt left there.
+    pub(crate) fn build_staging(
+        &self,
+        id: &str,
+        workspace: Option<String>,
+        branch: Option<Branch>,
+    ) -> Result<PathBuf, EngineError> {
+        let staging = self.staging_of(id);
+        crate::fsutil::remove_any(&staging)?;
+        // Durable as built: `Log::create` syncs the log's file, its directory and `staging`,
+        // and the first event is appended with the Root's durability.
+        Session::create_files_with(&staging, workspace, branch, self.log_config())?;
+        Ok(staging)
+    }
+
+    /// Renames a built staging directory into place as Session `id`'s, and syncs `sessions/`.
+    pub(crate) fn place(&self, staging: &Path, id: &str) -> Result<(), EngineError> {
+        let sessions = self.dir.join(SESSIONS_DIR);
+        let dir = sessions.join(id);
+        std::fs::rename(staging, &dir).map_err(|e| {
+            EngineError::io(
+                &dir,
+                "rename into place (the Session is registered; its next use finishes this)",
+                e,
+            )
+        })?;
+        if self.options.durability == Durability::Sync {
+            self.sessions_sync.sync(&sessions)?;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn staging_of(&self, id: &str) -> PathBuf {
+        self.dir
+            .join(SESSIONS_DIR)
+            .join(format!("{STAGING_PREFIX}{id}"))
+    }
+
+    /// Finishes registered Session `id` whose directory is missing: a creation that a crash
+    /// or a failed rename interrupted after its Root-log record (the record is the commit;
+    /// the directory's content, one `sessionCreated` event, follows from it).
+    pub(crate) fn materialize(
+        &self,
+        id: &str,
+        workspace: Option<String>,
+        branch: Option<Branch>,
+    ) -> Result<(), EngineError> {
+        if self.dir.join(SESSIONS_DIR).join(id).exists() {
+            return Ok(());
+        }
+        let staging = self.build_staging(id, workspace, branch)?;
+        self.place(&staging, id)
+    }
+
+    /// The Sessions open now (the cache's content).
+    pub(crate) fn open_sessions(&self) -> Vec<Arc<Session>> {
+        lock(&self.opened)
+            .iter()
+            .map(|o| Arc::clone(&o.session))
+            .collect()
+    }
+
+    pub(crate) fn sync_all(&self, checkpoint: Checkpoint) -> Result<(), EngineError> {
+        // Weak references, upgraded one at a time: the background flusher must not make every
+        // open Session look in use to the cache (`close_idle`) while it syncs one of them.
+        // Each is upgraded under the cache lock and only while still cached, the lock
+        // `take_idle` counts references under, so a Session the cache is closing is skipped
+        // and never outlives its slot lock here.
+        let sessions: Vec<std::sync::Weak<Session>> = lock(&self.opened)
+            .iter()
+            .map(|o| Arc::downgrade(&o.session))
+            .collect();
+        let still_cached = |w: &std::sync::Weak<Session>| {
+            let opened = lock(&self.opened);
+            opened
+                .iter()
+                .any(|o| std::ptr::eq(Arc::as_ptr(&o.session), w.as_ptr()))
+                .then(|| w.upgrade())
+                .flatten()
+        };
+        let mut first_err = None;
+        for s in sessions.iter().filter_map(still_cached) {
+            if let Err(e) = s.sync_indexes(checkpoint) {
+                first_err.get_or_insert(e);
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
+
+    pub(crate) fn flush_loop(&self) {
+        let mut stop = lock(&self.stop);
+        loop {
+            // A stop asked for while this thread was starting or syncing must not wait out a
+            // whole interval: closing a Root would take up to `index_sync_interval`.
+            if *stop {
+                break;
+            }
+            stop = self
+                .stop_signal
+                .wait_timeout(stop, self.options.index_sync_interval)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+            if *stop {
+                break;
+            }
+            drop(stop);
+            // Derived data: a failed sync is retried next tick and, at worst, rebuilt on open.
+            let _ = self.sync_all(Checkpoint::IfGrown);
+            stop = lock(&self.stop);
+        }
+    }
+}
+
+/// How long the Root's close waits for the seals of Sessions it closed (see
+/// `Session::save_search_tail`) before it leaves the ones not started unsealed.
+pub(crate) const CLOSED_SEALS_WAIT_MAX: Duration = Duration::from_secs(1);
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // The Sessions close here, while the writer lock is still held (fields drop after
+        // this, the lock among them): their logs give back zero regions and queue the seals
+        // of their newest segments, and no seal of this process may touch the Root once
+        // another process can take the lock.
+        lock(&self.opened).clear();
+        for e in lock(&self.registry).sessions.values() {
+            lock(&e.slot).take();
+        }
+        logbook_log::settle_closed_seals(&self.dir.join(SESSIONS_DIR), CLOSED_SEALS_WAIT_MAX);
+    }
+}
+
+impl Shared {
+    /// What closing one of the Root's Sessions does, from the Root's options.
+    pub(crate) fn closing(&self) -> Closing {
+        Closing {
+            tail_pairs_min: self.options.search_tail_save_pairs_min,
+            seal_bytes_min: self.options.seal_on_close_bytes_min,
+        }
+    }
+
+    /// True when Session `id` is open now (using it costs no open).
+    pub(crate) fn is_open(&self, id: &str) -> bool {
+        let slot = match lock(&self.registry).sessions.get(id) {
+            Some(e) => Arc::clone(&e.slot),
+            None => return false,
+        };
+        let open = lock(&slot).is_some();
+        open
+    }
+}
+
+pub(crate) const FORK_STAGING_PREFIX: &str = ".fork-";
+
+type ForkKey = (String, String);
+
+/// Root-wide state of the fork, diagnostics and patch operations.
+#[derive(Default)]
+pub(crate) struct Extras {
+    /// Committed forks: (source Session, operation) -> (params digest, result).
+    pub(crate) forks: Mutex<HashMap<ForkKey, ([u8; 32], ForkResult)>>,
+    /// Serialises forks (they are rare; building one takes milliseconds).
+    pub(crate) fork_lock: Mutex<()>,
+    pub(crate) diags: crate::diagnostics::DiagLogs,
+}
+
+/// Decodes a Root log fork record and remembers its receipt.
+pub(crate) fn load_fork_record(
+    path: &Path,
+    payload: &[u8],
+    extras: &Extras,
+    layered: bool,
+) -> Result<(String, Entry, ForkRecord), EngineError> {
+    let r: ForkRecord = records::decode(path, "a fork record", payload)?;
+    lock(&extras.forks).insert(
+        (r.branch.session_id.clone(), r.operation.clone()),
+        (
+            r.params,
+            ForkResult {
+                session_id: r.session_id.clone(),
+                branch: r.branch.clone(),
+            },
+        ),
+    );
+    let entry = Entry {
+        workspace: r.workspace.clone(),
+        branch: Some(r.branch.clone()),
+        layered,
+        slot: Default::default(),
+        summary: Default::default(),
+    };
+    Ok((r.session_id.clone(), entry, r))
+}
+
+/// Finishes the rename of the last committed fork if a crash interrupted it, and (`scan`:
+/// after an unclean end) removes staging directories of forks that never committed. A layered
+/// fork's directory half-made by a crash is also made again by its next open.
+pub(crate) fn finish_forks_on_open(
+    shared: &Shared,
+    last: Option<&ForkRecord>,
+    scan: bool,
+) -> Result<(), EngineError> {
+    let sessions = shared.dir.join(SESSIONS_DIR);
+    if let Some(r) = last {
+        let dir = sessions.join(&r.session_id);
+        let staging = sessions.join(format!("{FORK_STAGING_PREFIX}{}", r.session_id));
+        if !dir.exists() {
+            if !staging.is_dir() {
+                return Err(EngineError::corrupt(
+                    &dir,
+                    "the Root log lists this forked Session but neither it nor its staging directory exists",
+                ));
+            }
+            std::fs::rename(&staging, &dir)
+                .map_err(|e| EngineError::io(&dir, "rename into place", e))?;
+            crate::fsutil::sync_dir(&sessions)?;
+        }
+    }
+    // Any staging directory left now belongs to a fork that never committed: never visible.
+    // Looked for only after an unclean end (`scan`): listing `sessions/` costs O(Sessions).
+    if !scan {
+        return Ok(());
+    }
+    let entries =
+        std::fs::read_dir(&sessions).map_err(|e| EngineError::io(&sessions, "list", e))?;
+    let mut removed = false;
+    for e in entries {
+        let e = e.map_err(|e| EngineError::io(&sessions, "list", e))?;
+        if !e
+            .file_name()
+            .to_string_lossy()
+            .starts_with(FORK_STAGING_PREFIX)
+        {
+            continue;
+        }
+        let p = e.path();
+        std::fs::remove_dir_all(&p)
+            .map_err(|e| EngineError::io(&p, "remove an uncommitted fork", e))?;
+        removed = true;
+    }
+    if removed {
+        crate::fsutil::sync_dir(&sessions)?;
+    }
+    Ok(())
+}
+
+/// The path a fork of `id` is staged under (see `crate::fork`).
+pub fn fork_staging_dir(root: &Path, id: &str) -> PathBuf {
+    root.join(SESSIONS_DIR)
+        .join(format!("{FORK_STAGING_PREFIX}{id}"))
+}
