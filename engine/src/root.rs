@@ -856,9 +856,9 @@ impl Root {
     /// fence for all its pages; bounded work per page; follow `nextAfter` until null.
     pub fn search_root(
         &self,
-        p: crate::search::SearchRootParams,
-    ) -> Result<crate::search::SearchRootPage, EngineError> {
-        crate::search::search_root(&self.shared, &p)
+        p: crate::search_root::SearchRootParams,
+    ) -> Result<crate::search_root::SearchRootPage, EngineError> {
+        crate::search_root::search_root(&self.shared, &p)
     }
 
     /// Ends every wait, for a server whose input has ended: each `watch` and

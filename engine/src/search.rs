@@ -19,26 +19,21 @@
 
 mod cursor;
 mod index;
-mod root;
 
 pub(crate) use crate::filter::{Plan, TrigramFilter};
 pub use crate::filter::{FILTER_BITS_MAX, FILTER_BITS_MIN};
 pub use cursor::SEARCH_CURSOR_VERSION;
 pub(crate) use index::SearchIndex;
 pub use index::SEARCH_DIR;
-pub(crate) use root::search_root;
-pub use root::{
-    RootHit, SearchRootPage, SearchRootParams, SearchScope, SEARCH_ROOT_CURSOR_VERSION,
-    SEARCH_ROOT_OPENS_PER_PAGE_MAX, SEARCH_ROOT_SESSIONS_PER_PAGE_MAX,
-};
 
 use crate::error::EngineError;
 use crate::event::RowSource;
 use crate::history::fence;
 use crate::params::Position;
 use crate::session::{Inner, Session};
+use crate::sync::lock;
 use cursor::{Binding, SearchCursor};
-use index::{is_searchable, row_entry, segment_of_row, Sealed, Tail};
+pub(crate) use index::{is_searchable, row_entry, segment_of_row, Sealed, Tail};
 use logbook_index::Matcher;
 use logbook_log::Reader;
 use std::sync::Arc;
@@ -64,11 +59,11 @@ pub const SEARCH_FIELDS: [&str; 3] = ["body", "thinking", "arguments"];
 /// Longest query, in bytes.
 pub const SEARCH_QUERY_BYTES_MAX: usize = 4096;
 /// Candidates fetched from one postings source per lookup.
-const CANDIDATE_BATCH: usize = 1024;
+pub(crate) const CANDIDATE_BATCH: usize = 1024;
 
 /// Checks a search's query and `limit` (the same rules for `search` and `searchRoot`);
 /// returns the limit.
-fn checked_query_and_limit(query: &str, limit: Option<u32>) -> Result<u32, EngineError> {
+pub(crate) fn checked_query_and_limit(query: &str, limit: Option<u32>) -> Result<u32, EngineError> {
     if query.is_empty() {
         return Err(EngineError::invalid(
             "query must not be empty; search needs at least one character",
@@ -132,22 +127,22 @@ enum Source<'a> {
 }
 
 /// Page state: budget, hits, the event cache and the matcher's scratch space.
-struct Page<'a> {
-    session: &'a Session,
-    inner: &'a Inner,
-    matcher: &'a Matcher,
-    limit: usize,
-    hits: Vec<SearchHit>,
-    rows_examined: u64,
-    bytes_examined: u64,
+pub(crate) struct Page<'a> {
+    pub(crate) session: &'a Session,
+    pub(crate) inner: &'a Inner,
+    pub(crate) matcher: &'a Matcher,
+    pub(crate) limit: usize,
+    pub(crate) hits: Vec<SearchHit>,
+    pub(crate) rows_examined: u64,
+    pub(crate) bytes_examined: u64,
     /// Reads the candidates' events, which lie in position order.
-    reader: Option<Reader<'a>>,
-    found: Vec<(usize, usize)>,
+    pub(crate) reader: Option<Reader<'a>>,
+    pub(crate) found: Vec<(usize, usize)>,
 }
 
 /// True when a page that verified `rows` rows and scanned `bytes` bytes of text must stop
 /// (a page always verifies at least one row).
-fn verified_enough(rows: u64, bytes: u64) -> bool {
+pub(crate) fn verified_enough(rows: u64, bytes: u64) -> bool {
     rows > 0 && (rows >= SEARCH_PAGE_ROWS_EXAMINED_MAX || bytes >= SEARCH_PAGE_BYTES_EXAMINED_MAX)
 }
 
@@ -157,13 +152,13 @@ impl Page<'_> {
     }
 
     /// [`Page::over_budget`], or `lookups` postings lookups made.
-    fn out_of_work(&self, lookups: u64) -> bool {
+    pub(crate) fn out_of_work(&self, lookups: u64) -> bool {
         lookups >= SEARCH_PAGE_LOOKUPS_MAX || self.over_budget()
     }
 
     /// Verifies row `row` from searchable field `field`, byte `offset` on. Returns where to
     /// resume when the page filled up inside the row.
-    fn verify(
+    pub(crate) fn verify(
         &mut self,
         row: u64,
         field: u8,
@@ -342,7 +337,7 @@ impl Session {
     /// ascending offsets from `first` of rows that may match, all `>= row`, and `end` bounds
     /// the rows this batch's postings cover. A layered fork's base rows are answered by the
     /// source, with the source's own postings (recursively).
-    fn candidate_batch(
+    pub(crate) fn candidate_batch(
         &self,
         inner: &Inner,
         plan: &Plan,
@@ -410,5 +405,85 @@ impl Session {
         let tail = tail_guard.as_ref().expect("ready() returns a loaded tail");
         let inner = self.read();
         self.candidate_batch(&inner, plan, tail, row, n)
+    }
+}
+
+impl Session {
+    /// [`Session::refresh_filter`] when the search tail is loaded and caught up (at close:
+    /// a filter costs no log reads then). Best effort: without one, searches open it.
+    pub(crate) fn refresh_filter_if_indexed(&self) {
+        self.search.with_loaded_tail(self, |inner, tail| {
+            let _ = self.refresh_filter(inner, tail);
+        });
+    }
+
+    /// Builds this Session's trigram filter for its current revision when its catalog entry
+    /// has none. `tail` must cover every row (as after `SearchIndex::ready`).
+    pub(crate) fn refresh_filter(
+        &self,
+        inner: &crate::session::Inner,
+        tail: &Tail,
+    ) -> Result<(), EngineError> {
+        let Some(activity) = self.activity.get() else {
+            return Ok(());
+        };
+        let revision = inner.state.revision;
+        let fresh = lock(&activity.summary.filter)
+            .as_ref()
+            .is_some_and(|f| f.revision == revision);
+        if fresh || tail.covered < inner.row_count() {
+            return Ok(());
+        }
+        // A layered fork's rows through its fence are its source's: the source's filter
+        // (of the fence or later) stands for them, or none can be built yet.
+        let base = match &inner.base {
+            None => None,
+            Some(b) => {
+                let f = b
+                    .session
+                    .activity
+                    .get()
+                    .and_then(|a| lock(&a.summary.filter).clone());
+                match f {
+                    Some(f) if f.revision >= b.through => Some(f),
+                    _ => return Ok(()),
+                }
+            }
+        };
+        let mut sealed = Vec::new();
+        let mut row = inner.row_base();
+        while row < tail.first_row {
+            let seg = segment_of_row(self, inner, row)?;
+            let s = self.search.sealed(self, inner, seg, false)?;
+            row = s.end_row.max(row + 1);
+            sealed.push(s);
+        }
+        let mut damaged = false;
+        let mut filter = TrigramFilter::build(revision, |add| {
+            for s in &sealed {
+                if s.for_each_trigram(&mut *add).is_err() {
+                    damaged = true;
+                    return;
+                }
+            }
+            if tail.for_each_trigram(&mut *add).is_err() {
+                tail.base_damaged();
+                damaged = true;
+            }
+            // Titles are searched too, and are in no postings: their trigrams as a field's.
+            let mut fold = index::FoldBuf::default();
+            for (_, title) in &inner.state.titles {
+                logbook_index::for_each_trigram(fold.field(title), &mut *add);
+            }
+        });
+        if damaged {
+            // Rebuilt from the log by the next search that reads them; no filter meanwhile.
+            return Ok(());
+        }
+        if let Some(b) = base {
+            filter.union(&b);
+        }
+        activity.summary.set_filter(Arc::new(filter));
+        Ok(())
     }
 }

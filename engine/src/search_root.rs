@@ -42,12 +42,12 @@
 //! pages outlived [`crate::journal::JOURNAL_CHANGES_MAX`] commits is refused with
 //! `invalid_argument`: start the search again.
 
-use super::SEARCH_PAGE_LOOKUPS_MAX;
-use super::{row_entry, Page, Plan, TrigramFilter, CANDIDATE_BATCH};
 use crate::error::EngineError;
 use crate::journal::Journal;
 use crate::params::Position;
 use crate::registry::{Shared, SESSIONS_DIR};
+use crate::search::SEARCH_PAGE_LOOKUPS_MAX;
+use crate::search::{row_entry, Page, Plan, CANDIDATE_BATCH};
 use crate::session::Session;
 use crate::sync::lock;
 use base64::Engine as _;
@@ -56,7 +56,6 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::cmp::Reverse;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 /// Version byte of `searchRoot` cursors.
 pub const SEARCH_ROOT_CURSOR_VERSION: u8 = 1;
@@ -100,8 +99,8 @@ pub struct SearchRootParams {
     /// The previous page's `nextAfter`; null starts a new search (and fixes its fence).
     #[serde(default)]
     pub after: Option<String>,
-    /// Most hits per page: default [`SEARCH_HITS_DEFAULT`](super::SEARCH_HITS_DEFAULT), at most
-    /// [`SEARCH_HITS_MAX`](super::SEARCH_HITS_MAX).
+    /// Most hits per page: default [`SEARCH_HITS_DEFAULT`](crate::search::SEARCH_HITS_DEFAULT), at most
+    /// [`SEARCH_HITS_MAX`](crate::search::SEARCH_HITS_MAX).
     #[serde(default)]
     pub limit: Option<u32>,
 }
@@ -385,7 +384,7 @@ pub(crate) fn search_root(
     sh: &Shared,
     p: &SearchRootParams,
 ) -> Result<SearchRootPage, EngineError> {
-    let limit = super::checked_query_and_limit(&p.query, p.limit)?;
+    let limit = crate::search::checked_query_and_limit(&p.query, p.limit)?;
     let scope = p.scope.clone().unwrap_or_default();
     let since_ms = match &scope.active_since {
         None => None,
@@ -500,7 +499,7 @@ fn expired() -> EngineError {
 
 fn spent(b: &Budget) -> bool {
     b.lookups >= SEARCH_PAGE_LOOKUPS_MAX
-        || super::verified_enough(b.rows_examined, b.bytes_examined)
+        || crate::search::verified_enough(b.rows_examined, b.bytes_examined)
 }
 
 /// The Sessions in scope as of the fence, in visiting order, from the cursor's Session on
@@ -762,7 +761,7 @@ impl Session {
         }
         // Merge the title hits in at the places they were found.
         let mut out = Vec::with_capacity(page.hits.len() + titles.hits.len());
-        let row_hit = |h: super::SearchHit| RootHit {
+        let row_hit = |h: crate::search::SearchHit| RootHit {
             session_id: String::new(),
             position: h.position,
             field: h.field,
@@ -791,91 +790,13 @@ impl Session {
         Ok(walked)
     }
 
-    /// [`Session::refresh_filter`] when the search tail is loaded and caught up (at close:
-    /// a filter costs no log reads then). Best effort: without one, searches open it.
-    pub(crate) fn refresh_filter_if_indexed(&self) {
-        self.search.with_loaded_tail(self, |inner, tail| {
-            let _ = self.refresh_filter(inner, tail);
-        });
-    }
-
-    /// Builds this Session's trigram filter for its current revision when its catalog entry
-    /// has none. `tail` must cover every row (as after `SearchIndex::ready`).
-    pub(crate) fn refresh_filter(
-        &self,
-        inner: &crate::session::Inner,
-        tail: &super::Tail,
-    ) -> Result<(), EngineError> {
-        let Some(activity) = self.activity.get() else {
-            return Ok(());
-        };
-        let revision = inner.state.revision;
-        let fresh = lock(&activity.summary.filter)
-            .as_ref()
-            .is_some_and(|f| f.revision == revision);
-        if fresh || tail.covered < inner.row_count() {
-            return Ok(());
-        }
-        // A layered fork's rows through its fence are its source's: the source's filter
-        // (of the fence or later) stands for them, or none can be built yet.
-        let base = match &inner.base {
-            None => None,
-            Some(b) => {
-                let f = b
-                    .session
-                    .activity
-                    .get()
-                    .and_then(|a| lock(&a.summary.filter).clone());
-                match f {
-                    Some(f) if f.revision >= b.through => Some(f),
-                    _ => return Ok(()),
-                }
-            }
-        };
-        let mut sealed = Vec::new();
-        let mut row = inner.row_base();
-        while row < tail.first_row {
-            let seg = super::segment_of_row(self, inner, row)?;
-            let s = self.search.sealed(self, inner, seg, false)?;
-            row = s.end_row.max(row + 1);
-            sealed.push(s);
-        }
-        let mut damaged = false;
-        let mut filter = TrigramFilter::build(revision, |add| {
-            for s in &sealed {
-                if s.for_each_trigram(&mut *add).is_err() {
-                    damaged = true;
-                    return;
-                }
-            }
-            if tail.for_each_trigram(&mut *add).is_err() {
-                tail.base_damaged();
-                damaged = true;
-            }
-            // Titles are searched too, and are in no postings: their trigrams as a field's.
-            let mut fold = super::index::FoldBuf::default();
-            for (_, title) in &inner.state.titles {
-                logbook_index::for_each_trigram(fold.field(title), &mut *add);
-            }
-        });
-        if damaged {
-            // Rebuilt from the log by the next search that reads them; no filter meanwhile.
-            return Ok(());
-        }
-        if let Some(b) = base {
-            filter.union(&b);
-        }
-        activity.summary.set_filter(Arc::new(filter));
-        Ok(())
-    }
-
     /// The candidates of the postings source holding row `top`, from its first row up to
     /// `top`, ascending: `(first row of the source, candidates)`.
     fn window_candidates(
         &self,
         inner: &crate::session::Inner,
         plan: &Plan,
-        tail: &super::Tail,
+        tail: &crate::search::Tail,
         top: u64,
         n: u64,
         lookups: &mut u64,
