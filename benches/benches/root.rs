@@ -142,7 +142,9 @@ fn build(n: usize, tmp: &Path) -> (std::path::PathBuf, f64) {
         .expect("append");
     }
     let ingest = t.elapsed();
+    let t = Instant::now();
     drop(root);
+    let close = t.elapsed();
     // The peer: one JSONL file per Session, one write and one fsync per file.
     let jsonl = tmp.join(format!("jsonl-{n}"));
     std::fs::create_dir_all(&jsonl).expect("mkdir");
@@ -173,7 +175,8 @@ fn build(n: usize, tmp: &Path) -> (std::path::PathBuf, f64) {
         "root/many_sessions/{n}: create {:.0}/s; first durable append {:.0}/s; \
          ingest {mb:.1} MB of text {:.1} MB/s vs one JSONL file per Session with fsync {:.1} MB/s \
          ({:.2}x); empty Session {:.1} KiB on disk; Root {:.2}x the text; \
-         open + first sessions page {:.1} ms (after a clean close)",
+         open + first sessions page {:.1} ms (after a clean close); the Root's close after the \
+         ingest {:.2} s",
         n as f64 / create.as_secs_f64(),
         n as f64 / first_append.as_secs_f64(),
         mb / ingest.as_secs_f64(),
@@ -182,6 +185,7 @@ fn build(n: usize, tmp: &Path) -> (std::path::PathBuf, f64) {
         empty_bytes as f64 / 1024.0,
         du(&dir) as f64 / text_bytes as f64,
         open.as_secs_f64() * 1e3,
+        close.as_secs_f64(),
     );
     (dir, mb / peer.as_secs_f64())
 }
@@ -202,8 +206,12 @@ impl std::io::Write for Answers {
 
 /// Runs `logbook serve` in this process over `lines` against a new Root in `dir`; returns the
 /// time from the first line read to the last answer written. Panics on any error answer.
-fn serve_lines(dir: &Path, lines: &[String]) -> std::time::Duration {
+/// Runs `lines` through the server; returns the time until every answer was written and the
+/// time the Root's close took after it (the close waits for the seals of the Sessions it
+/// closes, deferred while appends kept the disk busy).
+fn serve_lines(dir: &Path, lines: &[String]) -> (std::time::Duration, std::time::Duration) {
     let host = std::sync::Arc::new(logbook_api::Host::open_or_init(dir).expect("host"));
+    let kept = std::sync::Arc::clone(&host);
     let mut input = Vec::with_capacity(lines.iter().map(|l| l.len() + 1).sum());
     for l in lines {
         input.extend_from_slice(l.as_bytes());
@@ -214,12 +222,15 @@ fn serve_lines(dir: &Path, lines: &[String]) -> std::time::Duration {
     logbook_api::serve::serve(host, std::io::Cursor::new(input), Box::new(answers.clone()))
         .expect("serve");
     let took = t.elapsed();
+    let t = Instant::now();
+    drop(kept);
+    let close = t.elapsed();
     let text = String::from_utf8(answers.0.lock().expect("answers").clone()).expect("utf-8");
     assert_eq!(text.lines().count(), lines.len(), "one answer per request");
     if let Some(bad) = text.lines().find(|l| l.contains("\"error\"")) {
         panic!("serve answered an error: {bad}");
     }
-    took
+    (took, close)
 }
 
 fn request(id: usize, method: &str, params: &impl serde::Serialize) -> String {
@@ -255,14 +266,16 @@ fn serve_ingest(n: usize, tmp: &Path, peer_mb_s: f64) {
             },
         ));
     }
-    let took = serve_lines(&tmp.join(format!("serve-{n}")), &lines);
+    let (took, close) = serve_lines(&tmp.join(format!("serve-{n}")), &lines);
     let mb = text_bytes as f64 / 1e6;
     println!(
         "root/many_sessions/{n}: over serve, createSession + one durable append of {ROWS_PER_SESSION} rows \
-         per Session: {:.0} Sessions/s, {:.1} MB/s of text ({:.2}x one JSONL file per Session with fsync)",
+         per Session: {:.0} Sessions/s, {:.1} MB/s of text ({:.2}x one JSONL file per Session with fsync); \
+         then the Root's close {:.2} s",
         n as f64 / took.as_secs_f64(),
         mb / took.as_secs_f64(),
         mb / took.as_secs_f64() / peer_mb_s,
+        close.as_secs_f64(),
     );
 }
 
@@ -383,7 +396,7 @@ fn corpus_over_serve(tmp: &Path) {
         batch += 1;
     }
     let dir = tmp.join("corpus-serve");
-    let took = serve_lines(&dir, &lines);
+    let (took, close) = serve_lines(&dir, &lines);
     drop(lines);
     let jsonl = tmp.join("corpus-jsonl");
     std::fs::create_dir_all(&jsonl).expect("mkdir");
@@ -403,7 +416,7 @@ fn corpus_over_serve(tmp: &Path) {
     println!(
         "root/corpus_over_serve: {} ({} Sessions, {mb:.1} MB of text): durable ingest over serve \
          {:.1} MB/s vs one JSONL file per Session with fsync {:.1} MB/s ({:.2}x); Root {:.2}x the \
-         text, JSONL {:.2}x",
+         text, JSONL {:.2}x; then the Root's close {:.2} s",
         path.display(),
         sessions.len(),
         mb / took.as_secs_f64(),
@@ -411,6 +424,7 @@ fn corpus_over_serve(tmp: &Path) {
         peer.as_secs_f64() / took.as_secs_f64(),
         du(&dir) as f64 / text_bytes as f64,
         du(&jsonl) as f64 / text_bytes as f64,
+        close.as_secs_f64(),
     );
 }
 
