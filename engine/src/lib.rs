@@ -8,16 +8,18 @@
 //!
 //! # Layers
 //!
-//! Each file imports only the files of the layers below it (one circle is left: a Session owns
-//! its search index, which reads its rows back through the Session):
+//! Each file imports only the files of the layers below it; no two files import each other:
 //!
 //! 1. **Facts**: `error`, `json`, `event`, `validate`, `params`, `cursor`, `records` (record
 //!    kinds and payloads), `state` (derived facts and the checkpoint), `layer` (a fork's state
-//!    at its fence), `filter` (trigram filters and query plans), `catalog` (the listing facts
+//!    at its fence), `filter` (trigram filters and query plans), `postings` (a Session's
+//!    search index: postings per segment, which reads the Session's rows through the
+//!    `IndexedSession` trait the Session implements), `catalog` (the listing facts
 //!    of a Session, the catalog snapshot, and `catalog::Activity` through which a
 //!    Session reports its commits upwards), `journal`, `blobs`, `fsutil`, `sync`, `progress`.
-//! 2. **One Session**: `session` (log, indexes, state, mutations), `search` (its postings and
-//!    search), `history` (pages, sources, watch), `diagnostics` (its diagnostics log).
+//! 2. **One Session**: `session` (log, indexes, state, mutations), `history` (pages,
+//!    sources, watch), `search` (search of one Session), `diagnostics` (its diagnostics
+//!    log).
 //! 3. **The catalog**: `registry`: the Root's header, writer lock and Root log, the registry of
 //!    Sessions, the cache of open Sessions (bounded by descriptors and memory), the index sync
 //!    thread.
@@ -96,6 +98,7 @@ pub mod json;
 mod layer;
 pub mod params;
 pub mod patches;
+mod postings;
 mod progress;
 mod records;
 mod registry;
@@ -151,5 +154,7 @@ pub use search_root::{
     RootHit, SearchRootPage, SearchRootParams, SearchScope, SEARCH_ROOT_CURSOR_VERSION,
     SEARCH_ROOT_OPENS_PER_PAGE_MAX, SEARCH_ROOT_SESSIONS_PER_PAGE_MAX,
 };
-pub use session::{CHECKPOINT_LOG_BYTES, EVENT_CACHE_BYTES_MAX, SEAL_ON_CLOSE_BYTES_MIN};
+pub use session::{
+    CHECKPOINT_LOG_BYTES, EVENT_CACHE_BYTES_MAX, SEAL_ON_CLOSE_BYTES_MAX, SEAL_ON_CLOSE_BYTES_MIN,
+};
 pub use state::{CHECKPOINT_FORMAT_VERSION, CHECKPOINT_MAGIC, TITLE_FROM_MESSAGE_CHARS_MAX};

@@ -63,9 +63,10 @@ pub struct RootOptions {
     /// rebuilt from the log by that search (quick: about 50 KB of text at the default).
     pub search_tail_save_pairs_min: u64,
     /// A Session closed (by the open-Session cache or the Root's close) with at least this
-    /// many record bytes in its newest log segment has that segment sealed, i.e. compressed,
-    /// in the background, so that an idle Session costs its compressed size on disk; the
-    /// next open starts a new segment. `u64::MAX` never seals at close.
+    /// many record bytes in its newest log segment (and at most
+    /// [`crate::SEAL_ON_CLOSE_BYTES_MAX`]) has that segment sealed, i.e. compressed, in the
+    /// background, so that an idle Session costs its compressed size on disk; the next open
+    /// starts a new segment. `u64::MAX` never seals at close.
     pub seal_on_close_bytes_min: u64,
     /// Most Sessions kept open at once: past it, opening one more first closes the least
     /// recently used idle ones (see [`open_sessions_budget`]). The default follows the

@@ -18,27 +18,39 @@
 //! offset to resume at, so a row with more hits than `limit` continues on the next page.
 
 mod cursor;
-mod index;
 
 pub(crate) use crate::filter::{Plan, TrigramFilter};
 pub use crate::filter::{FILTER_BITS_MAX, FILTER_BITS_MIN};
+pub use crate::postings::SEARCH_DIR;
 pub use cursor::SEARCH_CURSOR_VERSION;
-pub(crate) use index::SearchIndex;
-pub use index::SEARCH_DIR;
 
 use crate::error::EngineError;
 use crate::event::RowSource;
 use crate::history::fence;
 use crate::params::Position;
+pub(crate) use crate::postings::{is_searchable, segment_of_row, Sealed, Tail};
 use crate::session::{Inner, Session};
 use crate::sync::lock;
 use cursor::{Binding, SearchCursor};
-pub(crate) use index::{is_searchable, row_entry, segment_of_row, Sealed, Tail};
 use logbook_index::Matcher;
 use logbook_log::Reader;
 use std::sync::Arc;
 
 pub use crate::params::{SearchHit, SearchPage, SearchParams};
+
+/// Row `row`'s index entry (its event, item and kind).
+pub(crate) fn row_entry(
+    session: &Session,
+    inner: &Inner,
+    row: u64,
+) -> Result<crate::session::RowEntry, EngineError> {
+    inner.row(row)?.ok_or_else(|| {
+        EngineError::corrupt(
+            session.dir().join("row.idx"),
+            format!("row entry {row} is unreadable"),
+        )
+    })
+}
 
 /// Hits per page when `limit` is null.
 pub const SEARCH_HITS_DEFAULT: u32 = 64;
@@ -471,7 +483,7 @@ impl Session {
                 damaged = true;
             }
             // Titles are searched too, and are in no postings: their trigrams as a field's.
-            let mut fold = index::FoldBuf::default();
+            let mut fold = crate::postings::FoldBuf::default();
             for (_, title) in &inner.state.titles {
                 logbook_index::for_each_trigram(fold.field(title), &mut *add);
             }

@@ -15,9 +15,9 @@
 use crate::diagnostics::DiagLog;
 use crate::error::EngineError;
 use crate::event::{rows_of, Branch, Event, RowKind, RowSource, SessionCreated};
+use crate::postings::SearchIndex;
 use crate::progress::{ProgressSink, ProgressUnit};
 use crate::records::{self, EventRecord, EventRecordRef, Outcome, Prepared, Receipt};
-use crate::search::SearchIndex;
 use crate::state::State;
 use logbook_index::{FixedIndex, IndexError};
 use logbook_log::{Durability, Location, Log, LogConfig, Reader, Record};
@@ -375,6 +375,13 @@ pub(crate) struct Closing {
 /// background (see `Log::seal_when_closed`): an idle Session then costs its compressed size
 /// on disk. Below it the few blocks compression would save are not worth a sealed segment.
 pub const SEAL_ON_CLOSE_BYTES_MIN: u64 = 16 << 10;
+
+/// Largest newest log segment (logical bytes) that closing a Session seals: a larger one
+/// belongs to a large Session that is read and written a lot; it stays as it is until it
+/// rolls (at the Root's `segment_bytes_max`) and is sealed then, so neither every close of it
+/// pays a seal of megabytes and a new segment, nor every open a decompression of its last
+/// block for the newest page.
+pub const SEAL_ON_CLOSE_BYTES_MAX: u64 = 4 << 20;
 
 /// When [`Session::sync_indexes`] writes a state checkpoint.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -978,8 +985,12 @@ impl Session {
     /// [`Closing::seal_bytes_min`]); a tail of a segment that the seal finishes is saved as
     /// that segment's postings.
     pub(crate) fn save_search_tail(&self, close: &Closing, may_sync: bool) {
-        let finished =
-            close.seal_bytes_min != u64::MAX && self.log.seal_when_closed(close.seal_bytes_min);
+        // A newest segment past `SEAL_ON_CLOSE_BYTES_MAX` belongs to a large, busy Session:
+        // it is sealed when it rolls, and its recent pages stay readable without a
+        // decompression meanwhile.
+        let finished = close.seal_bytes_min != u64::MAX
+            && self.log.end().offset <= SEAL_ON_CLOSE_BYTES_MAX
+            && self.log.seal_when_closed(close.seal_bytes_min);
         self.search
             .save_tail(self, close.tail_pairs_min, may_sync, finished);
     }
@@ -1665,6 +1676,56 @@ impl Session {
         state.save_covering(&self.dir.join("state.ckpt"), cover)?;
         mark.appended_bytes = appended;
         Ok(())
+    }
+}
+
+impl crate::postings::SessionRows for Inner {
+    fn row_key(&self, ordinal: u64) -> Result<Option<(u64, u32)>, IndexError> {
+        Ok(self.row(ordinal)?.map(|e| (e.sequence, e.item)))
+    }
+
+    fn row_count(&self) -> u64 {
+        Inner::row_count(self)
+    }
+
+    fn row_base(&self) -> u64 {
+        Inner::row_base(self)
+    }
+
+    fn first_row_of_segment(&self, segment: u64) -> Result<u64, IndexError> {
+        Inner::first_row_of_segment(self, segment)
+    }
+
+    fn location(&self, sequence: u64) -> Result<Option<Location>, IndexError> {
+        Inner::location(self, sequence)
+    }
+}
+
+impl crate::postings::IndexedSession for Session {
+    type Rows = Inner;
+
+    fn rows(&self) -> impl std::ops::Deref<Target = Inner> + '_ {
+        self.read()
+    }
+
+    fn event_of(&self, rows: &Inner, sequence: u64) -> Result<Event, EngineError> {
+        self.event_at(rows, sequence)
+    }
+
+    fn log(&self) -> &Log {
+        &self.log
+    }
+
+    fn progress(&self) -> &ProgressSink {
+        &self.progress
+    }
+
+    fn id(&self) -> &str {
+        &self.id
+    }
+
+    fn dir(&self) -> &Path {
+        &self.dir
     }
 }
 

@@ -28,13 +28,40 @@
 
 use crate::error::EngineError;
 use crate::event::{rows_of, Event};
+use crate::progress::ProgressSink;
 use crate::progress::ProgressUnit;
-use crate::session::{Inner, Session};
+use logbook_index::IndexError;
 use logbook_index::{fold_into, PostingsBatch, PostingsBuilder, PostingsFile};
-use logbook_log::Location;
+use logbook_log::{Location, Log};
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, RwLock, RwLockReadGuard};
+
+/// What the search index reads of its Session. `crate::session::Session` implements it: the
+/// index sits below the Session that owns it and reads the Session's rows through this.
+pub(crate) trait IndexedSession {
+    /// The Session's indexes, read-locked.
+    type Rows: SessionRows;
+    fn rows(&self) -> impl std::ops::Deref<Target = Self::Rows> + '_;
+    /// Event `sequence`, read while the caller holds `rows`.
+    fn event_of(&self, rows: &Self::Rows, sequence: u64) -> Result<Event, EngineError>;
+    fn log(&self) -> &Log;
+    fn progress(&self) -> &ProgressSink;
+    fn id(&self) -> &str;
+    fn dir(&self) -> &Path;
+}
+
+/// The row facts the search index needs of a Session's indexes.
+pub(crate) trait SessionRows {
+    /// The event sequence and item index of row `ordinal`.
+    fn row_key(&self, ordinal: u64) -> Result<Option<(u64, u32)>, IndexError>;
+    fn row_count(&self) -> u64;
+    /// Rows below this are a layered fork's base, indexed by its source.
+    fn row_base(&self) -> u64;
+    /// The first row whose event lives in a segment `>= segment` of the Session's own log.
+    fn first_row_of_segment(&self, segment: u64) -> Result<u64, IndexError>;
+    fn location(&self, sequence: u64) -> Result<Option<Location>, IndexError>;
+}
 
 /// Directory (inside the Session directory) of the postings files.
 pub const SEARCH_DIR: &str = "search";
@@ -286,15 +313,15 @@ const QUEUE_JOBS_MAX: usize = 4;
 pub(crate) const WORKER_IDLE_LINGER: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// Reads events for index building, remembering the last one (a completion has many rows).
-struct Reader<'a> {
-    session: &'a Session,
+struct Reader<'a, S: IndexedSession> {
+    session: &'a S,
     sequence: u64,
     event: Option<Event>,
     fold: FoldBuf,
 }
 
-impl<'a> Reader<'a> {
-    fn new(session: &'a Session) -> Self {
+impl<'a, S: IndexedSession> Reader<'a, S> {
+    fn new(session: &'a S) -> Self {
         Reader {
             session,
             sequence: 0,
@@ -306,25 +333,22 @@ impl<'a> Reader<'a> {
     /// Adds row `row` (ordinal) to `batch` as doc `doc`.
     fn add_row(
         &mut self,
-        inner: &Inner,
+        inner: &S::Rows,
         row: u64,
         doc: u32,
         batch: &mut PostingsBatch<'_>,
     ) -> Result<(), EngineError> {
-        let entry = row_entry(self.session, inner, row)?;
-        if self.event.is_none() || self.sequence != entry.sequence {
-            self.event = Some(self.session.event_at(inner, entry.sequence)?);
-            self.sequence = entry.sequence;
+        let (sequence, item) = row_key(self.session, inner, row)?;
+        if self.event.is_none() || self.sequence != sequence {
+            self.event = Some(self.session.event_of(inner, sequence)?);
+            self.sequence = sequence;
         }
         let event = self.event.as_ref().expect("filled above");
         let rows = rows_of(event);
-        let src = rows.get(entry.item as usize).ok_or_else(|| {
+        let src = rows.get(item as usize).ok_or_else(|| {
             EngineError::corrupt(
                 self.session.dir().join("row.idx"),
-                format!(
-                    "row {row} names item {} of event {}, which has fewer rows",
-                    entry.item, entry.sequence
-                ),
+                format!("row {row} names item {item} of event {sequence}, which has fewer rows"),
             )
         })?;
         add_fields(
@@ -382,12 +406,13 @@ fn add_fields<'t>(
     }
 }
 
-pub(crate) fn row_entry(
-    session: &Session,
-    inner: &Inner,
+/// The event sequence and item index of row `row`.
+pub(crate) fn row_key<S: IndexedSession>(
+    session: &S,
+    inner: &S::Rows,
     row: u64,
-) -> Result<crate::session::RowEntry, EngineError> {
-    inner.row(row)?.ok_or_else(|| {
+) -> Result<(u64, u32), EngineError> {
+    inner.row_key(row)?.ok_or_else(|| {
         EngineError::corrupt(
             session.dir().join("row.idx"),
             format!("row entry {row} is unreadable"),
@@ -396,25 +421,22 @@ pub(crate) fn row_entry(
 }
 
 /// The log segment holding the event of row `row`.
-pub(crate) fn segment_of_row(
-    session: &Session,
-    inner: &Inner,
+pub(crate) fn segment_of_row<S: IndexedSession>(
+    session: &S,
+    inner: &S::Rows,
     row: u64,
 ) -> Result<u64, EngineError> {
-    let e = row_entry(session, inner, row)?;
-    inner
-        .location(e.sequence)?
-        .map(|l| l.segment)
-        .ok_or_else(|| {
-            EngineError::corrupt(
-                session.dir().join("seq.idx"),
-                format!("no location for event {}", e.sequence),
-            )
-        })
+    let (sequence, _) = row_key(session, inner, row)?;
+    inner.location(sequence)?.map(|l| l.segment).ok_or_else(|| {
+        EngineError::corrupt(
+            session.dir().join("seq.idx"),
+            format!("no location for event {sequence}"),
+        )
+    })
 }
 
 /// First own row whose event lives in a segment `>= segment` of the Session's own log.
-fn first_row_of_segment(inner: &Inner, segment: u64) -> Result<u64, EngineError> {
+fn first_row_of_segment(inner: &impl SessionRows, segment: u64) -> Result<u64, EngineError> {
     Ok(inner.first_row_of_segment(segment)?)
 }
 
@@ -444,15 +466,15 @@ impl SearchIndex {
 
     /// The tail, loaded and caught up with every row `inner` held at some instant during the
     /// call. Rows appended after that are not covered; the caller scans them directly.
-    pub(crate) fn ready(
+    pub(crate) fn ready<S: IndexedSession>(
         &self,
-        session: &Session,
+        session: &S,
     ) -> Result<RwLockReadGuard<'_, Option<Tail>>, EngineError> {
         // Rows handed to the worker first (the caller holds no lock the worker takes).
         self.wait_idle();
         {
             let guard = self.tail.read().unwrap_or_else(|p| p.into_inner());
-            let rows = session.read().row_count();
+            let rows = session.rows().row_count();
             if guard
                 .as_ref()
                 .is_some_and(|t| t.covered >= rows && !t.is_damaged())
@@ -469,15 +491,15 @@ impl SearchIndex {
 
     /// Catches the tail up with every row the Session holds, loading it first when there is
     /// none; on failure leaves no tail (it is rebuilt on next use).
-    fn catch_up_or_load(
+    fn catch_up_or_load<S: IndexedSession>(
         &self,
-        session: &Session,
+        session: &S,
         tail: &mut Option<Tail>,
     ) -> Result<(), EngineError> {
         if tail.as_ref().is_some_and(Tail::is_damaged) {
             *tail = None;
         }
-        let inner = session.read();
+        let inner = session.rows();
         let r = match tail.as_mut() {
             Some(t) => self.catch_up(session, &inner, t),
             None => self.load(session, &inner).map(|t| *tail = Some(t)),
@@ -489,7 +511,7 @@ impl SearchIndex {
     }
 
     /// Builds the tail from the active segment's rows.
-    fn load(&self, session: &Session, inner: &Inner) -> Result<Tail, EngineError> {
+    fn load<S: IndexedSession>(&self, session: &S, inner: &S::Rows) -> Result<Tail, EngineError> {
         let total = inner.row_count();
         let mut segment = session.log().end().segment;
         // A layered fork's base rows are indexed by its source (see `Session::search`).
@@ -516,10 +538,10 @@ impl SearchIndex {
 
     /// The postings of rows `[first_row, first_row + docs)` of `segment` saved by an earlier
     /// close, when a saved file still describes them; every other saved tail is deleted.
-    fn read_saved_tail(
+    fn read_saved_tail<S: IndexedSession>(
         &self,
-        session: &Session,
-        inner: &Inner,
+        session: &S,
+        inner: &S::Rows,
         segment: u64,
         first_row: u64,
     ) -> Option<Base> {
@@ -539,10 +561,10 @@ impl SearchIndex {
         chosen
     }
 
-    fn check_saved_tail(
+    fn check_saved_tail<S: IndexedSession>(
         &self,
-        session: &Session,
-        inner: &Inner,
+        session: &S,
+        inner: &S::Rows,
         segment: u64,
         first_row: u64,
         t: SavedTail,
@@ -551,7 +573,7 @@ impl SearchIndex {
         let fits = t.segment == segment
             && t.first_row == first_row
             && last_row < inner.row_count()
-            && inner.row(last_row).ok()??.sequence == t.last_sequence
+            && inner.row_key(last_row).ok()??.0 == t.last_sequence
             && segment_of_row(session, inner, last_row).ok()? == segment;
         if !fits {
             return None;
@@ -572,9 +594,9 @@ impl SearchIndex {
     /// segment once closed, so a tail that covers every row is saved as the finished
     /// segment's postings file (which, checked like every postings file when opened, is
     /// rebuilt should the segment take more rows after all).
-    pub(crate) fn save_tail(
+    pub(crate) fn save_tail<S: IndexedSession>(
         &self,
-        session: &Session,
+        session: &S,
         pairs_min: u64,
         may_sync: bool,
         finished: bool,
@@ -587,11 +609,11 @@ impl SearchIndex {
         let docs = t.covered - t.first_row;
         // A base was saved because it was large enough, and the tail only grew since.
         let large = t.base.is_some() || t.builder.pair_count() >= pairs_min;
-        let finished = finished && t.covered == session.read().row_count();
+        let finished = finished && t.covered == session.rows().row_count();
         if docs == 0 || (t.saved == t.covered && !finished) || !large {
             return;
         }
-        let Ok(Some(last)) = session.read().row(t.covered - 1) else {
+        let Ok(Some((last_sequence, _))) = session.rows().row_key(t.covered - 1) else {
             return;
         };
         // The rows the file covers must be durable: a later open trusts them as logged. When
@@ -610,7 +632,7 @@ impl SearchIndex {
             segment: t.segment,
             first_row: t.first_row,
             docs,
-            last_sequence: last.sequence,
+            last_sequence,
         };
         let path = if finished {
             self.file_path(t.segment, t.first_row)
@@ -647,10 +669,10 @@ impl SearchIndex {
     }
 
     /// Indexes rows `[tail.covered, inner.row_count())`, reading their events from the log.
-    fn catch_up(
+    fn catch_up<S: IndexedSession>(
         &self,
-        session: &Session,
-        inner: &Inner,
+        session: &S,
+        inner: &S::Rows,
         tail: &mut Tail,
     ) -> Result<(), EngineError> {
         let total = inner.row_count();
@@ -659,8 +681,8 @@ impl SearchIndex {
         }
         let mut reader = Reader::new(session);
         let from = tail.covered;
-        let mut task = session.progress.task(
-            || format!("building the search index of Session {}", session.id),
+        let mut task = session.progress().task(
+            || format!("building the search index of Session {}", session.id()),
             total - from,
             ProgressUnit::Rows,
         );
@@ -690,9 +712,9 @@ impl SearchIndex {
     /// queued) ends at `first_row`; otherwise indexes synchronously, loading or catching up
     /// the tail from the log. Never fails the append: on trouble the tail is dropped and
     /// rebuilt on next use.
-    pub(crate) fn appended(
+    pub(crate) fn appended<S: IndexedSession>(
         &self,
-        session: &Session,
+        session: &S,
         first_row: u64,
         end_row: u64,
         events: Vec<Arc<Event>>,
@@ -772,10 +794,10 @@ impl SearchIndex {
 
     /// The postings of finished segment `segment`, opened (or rebuilt) on first use.
     /// `rebuild` forces a rebuild (a lookup found the file damaged).
-    pub(crate) fn sealed(
+    pub(crate) fn sealed<S: IndexedSession>(
         &self,
-        session: &Session,
-        inner: &Inner,
+        session: &S,
+        inner: &S::Rows,
         segment: u64,
         rebuild: bool,
     ) -> Result<Arc<Sealed>, EngineError> {
@@ -801,11 +823,11 @@ impl SearchIndex {
             None => {
                 let mut builder = PostingsBuilder::new();
                 let mut reader = Reader::new(session);
-                let mut task = session.progress.task(
+                let mut task = session.progress().task(
                     || {
                         format!(
                             "building the search index of segment {segment} of Session {}",
-                            session.id
+                            session.id()
                         )
                     },
                     rows,
@@ -964,11 +986,15 @@ impl Shared {
 
     /// Runs `f` with the tail when one is loaded and covers every row (nothing is loaded or
     /// indexed for it).
-    pub(crate) fn with_loaded_tail(&self, session: &Session, f: impl FnOnce(&Inner, &Tail)) {
+    pub(crate) fn with_loaded_tail<S: IndexedSession>(
+        &self,
+        session: &S,
+        f: impl FnOnce(&S::Rows, &Tail),
+    ) {
         self.wait_idle();
         let guard = self.tail.read().unwrap_or_else(|p| p.into_inner());
         if let Some(t) = guard.as_ref() {
-            let inner = session.read();
+            let inner = session.rows();
             if t.covered >= inner.row_count() && !t.is_damaged() {
                 f(&inner, t);
             }
