@@ -242,11 +242,31 @@ impl FixedIndex {
     /// rebuilds a damaged index by creating it again). Nothing is synced: an index is derived
     /// data, and after a crash the old file, the new one or none is found, each of which
     /// `open` either takes or refuses for a rebuild. The caller makes the directory entry
-    /// durable when it needs it (the engine's checkpoint syncs the directory).
+    /// durable when it needs it (the engine's checkpoint syncs the directory). Where no file
+    /// is there yet (a new Session's first open), the index is made in place: one create and
+    /// one write, no temporary file and no rename; a crash half way leaves a header that
+    /// `open` refuses, so it is made again.
     pub fn create(path: &Path, tag: [u8; 4], width: u32) -> Result<FixedIndex, IndexError> {
         check_width(width)?;
-        fsutil::write_replace_unsynced(path, &[&encode_header(tag, width)])?;
-        let file = Arc::new(open_rw(path)?);
+        let header = encode_header(tag, width);
+        let fresh = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path);
+        let file = match fresh {
+            Ok(f) => {
+                f.write_all_at(&header, 0)
+                    .map_err(|e| IndexError::io(path, "write header", e))?;
+                f
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                fsutil::write_replace_unsynced(path, &[&header])?;
+                open_rw(path)?
+            }
+            Err(e) => return Err(IndexError::io(path, "create", e)),
+        };
+        let file = Arc::new(file);
         Ok(FixedIndex {
             path: path.to_path_buf(),
             file,
