@@ -1631,26 +1631,35 @@ fn next_seal_job() -> Option<SealJob> {
         if let Some(i) = rolled {
             return pool.queue.remove(i);
         }
-        let wait = match pool.queue.front() {
-            Some(SealJob::Closed(c)) => c.deferral(&pool.hurry),
-            _ => return None,
-        };
-        match wait {
-            Some(d) => {
-                pool = SEAL_POOL_CV
-                    .wait_timeout(pool, d)
-                    .unwrap_or_else(|p| p.into_inner())
-                    .0;
-            }
-            None => {
-                let job = pool.queue.pop_front();
-                if let Some(SealJob::Closed(c)) = &job {
-                    let running = (c.key, c.dir.clone());
-                    pool.closing.push(running);
+        // The first closed log whose seal need not wait (one being settled may be behind
+        // others that wait for a pause); else wait as long as the first one must.
+        let mut wait = None;
+        let mut ready = None;
+        for (i, j) in pool.queue.iter().enumerate() {
+            if let SealJob::Closed(c) = j {
+                match c.deferral(&pool.hurry) {
+                    None => {
+                        ready = Some(i);
+                        break;
+                    }
+                    Some(d) => wait = Some(wait.map_or(d, |w: Duration| w.min(d))),
                 }
-                return job;
             }
         }
+        if let Some(i) = ready {
+            let job = pool.queue.remove(i);
+            if let Some(SealJob::Closed(c)) = &job {
+                let running = (c.key, c.dir.clone());
+                pool.closing.push(running);
+            }
+            return job;
+        }
+        // No closed log's seal queued either: nothing to do.
+        let d = wait?;
+        pool = SEAL_POOL_CV
+            .wait_timeout(pool, d)
+            .unwrap_or_else(|p| p.into_inner())
+            .0;
     }
 }
 
