@@ -10,11 +10,12 @@ use crate::event::Branch;
 use crate::params::*;
 use crate::progress::ProgressSink;
 use crate::records::{self, ForkRecord, SessionRecord};
-use crate::session::{Checkpoint, Closing, Session};
+use crate::session::{log_config, Checkpoint, Closing, Session};
 pub(crate) use crate::sync::lock;
 use logbook_log::{Durability, Log, Record};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs::File;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -27,7 +28,7 @@ pub const ROOT_MAGIC: [u8; 8] = *b"LBROOT\0\0";
 /// The Root format version this build writes and reads (covers every engine-level file and
 /// record encoding in the Root; the log and index files carry their own versions too).
 pub const ROOT_FORMAT_VERSION: u32 = 1;
-pub(crate) const ROOT_HEADER_BYTES: usize = 20;
+const ROOT_HEADER_BYTES: usize = 20;
 /// How often the background flusher makes derived indexes durable (the state checkpoint
 /// follows log growth instead: see [`crate::CHECKPOINT_LOG_BYTES`]).
 pub const INDEX_SYNC_INTERVAL: Duration = Duration::from_millis(250);
@@ -36,7 +37,7 @@ pub(crate) const HEADER_FILE: &str = "logbook.root";
 pub(crate) const LOCK_FILE: &str = "lock";
 pub(crate) const ROOT_LOG_DIR: &str = "root-log";
 pub(crate) const SESSIONS_DIR: &str = "sessions";
-pub(crate) const STAGING_PREFIX: &str = ".staging-";
+const STAGING_PREFIX: &str = ".staging-";
 
 /// How a Root is opened.
 #[derive(Clone, Debug)]
@@ -189,22 +190,22 @@ pub(crate) struct Shared {
     pub(crate) dir: PathBuf,
     pub(crate) options: RootOptions,
     /// Shared by the logs of every Session of the Root.
-    pub(crate) block_cache: Arc<logbook_log::BlockCache>,
+    block_cache: Arc<logbook_log::BlockCache>,
     /// Syncs of `sessions/` after a new Session's directory is renamed into it, shared by
     /// creations running at once.
-    pub(crate) sessions_sync: crate::fsutil::SharedDirSync,
+    sessions_sync: crate::fsutil::SharedDirSync,
     /// The writer lock (see `take_lock`); released when the last reference goes.
-    pub(crate) _lock: WriterLock,
+    _lock: WriterLock,
     pub(crate) root_log: Log,
     pub(crate) registry: Mutex<Registry>,
     /// The open Sessions: a cache, not a set (see [`Shared::make_room`]). Each is also in its
     /// registry entry's slot; the slot lock is taken before this one, never after.
     pub(crate) opened: Mutex<Vec<Open>>,
     /// Counts Session uses, for the cache's least-recently-used order.
-    pub(crate) uses: AtomicU64,
+    uses: AtomicU64,
     /// Most Sessions kept open: [`RootOptions::open_sessions_max`], lowered when the process
     /// ran out of descriptors with fewer open.
-    pub(crate) open_max: AtomicUsize,
+    open_max: AtomicUsize,
     pub(crate) blobs: BlobStore,
     pub(crate) ids: IdGen,
     /// Commits and new Sessions in order, for Root-wide searches (see `crate::journal`).
@@ -218,7 +219,7 @@ pub(crate) struct Shared {
     /// The index sync thread, started on first need.
     pub(crate) flusher: Arc<Flusher>,
     /// What every Session's commits tell the Root (see `crate::catalog::Activity`).
-    pub(crate) commits: Arc<RootCommits>,
+    commits: Arc<RootCommits>,
     /// Signalled when a reservation in the registry ends (see [`Registry::reserved`]).
     pub(crate) reservation_ended: Condvar,
     /// Torn tails cut by the opens of this process (see [`Root::recoveries`]).
@@ -235,7 +236,7 @@ pub(crate) struct Open {
 
 /// References to an idle cached Session: its slot's and the cache's. A larger count means a
 /// call is using it (or a layered fork holds it as its source), so it is not closed.
-pub(crate) const IDLE_REFERENCES: usize = 2;
+const IDLE_REFERENCES: usize = 2;
 
 /// The Root's side of its Sessions' commits: the journal, the catalog snapshot, the index
 /// sync thread.
@@ -265,13 +266,13 @@ pub(crate) struct Flusher {
     /// The Root's shared state, for the thread to work on; set once the Root is built.
     pub(crate) shared: std::sync::OnceLock<std::sync::Weak<Shared>>,
     pub(crate) started: AtomicBool,
-    pub(crate) handle: Mutex<Option<JoinHandle<()>>>,
+    handle: Mutex<Option<JoinHandle<()>>>,
 }
 
 impl Flusher {
     /// Starts the thread unless it runs already (or the Root is closing). A failure to start
     /// it is ignored: indexes are then synced at close, and rebuilt by an open after a crash.
-    pub(crate) fn ensure_started(&self) {
+    fn ensure_started(&self) {
         if self.started.load(Ordering::Acquire) {
             return;
         }
@@ -300,7 +301,7 @@ impl Flusher {
 }
 
 pub(crate) struct IdGen {
-    pub(crate) seed: [u8; 32],
+    seed: [u8; 32],
     pub(crate) counter: AtomicU64,
 }
 
@@ -423,11 +424,11 @@ pub(crate) struct WriterLock {
     /// Also the descriptor the catalog snapshot syncs the Root directory through, so that a
     /// commit needs no new descriptor (see `crate::catalog::Snapshot::before_change`).
     pub(crate) dir: Arc<OwnedFd>,
-    pub(crate) _legacy: Option<OwnedFd>,
+    _legacy: Option<OwnedFd>,
 }
 
 /// Takes an exclusive flock on `fd`, waiting up to [`LOCK_WAIT_MAX`]; `Busy` after that.
-pub(crate) fn flock_waiting(fd: &OwnedFd, dir: &Path) -> Result<(), EngineError> {
+fn flock_waiting(fd: &OwnedFd, dir: &Path) -> Result<(), EngineError> {
     use rustix::fs::FlockOperation;
     // A lock can outlive its Root by a moment: a child process that this process spawns
     // shares every open file description until its exec closes them, so a Root dropped and
@@ -458,6 +459,147 @@ pub(crate) fn flock_waiting(fd: &OwnedFd, dir: &Path) -> Result<(), EngineError>
 
 /// How long opening a Root waits for a held writer lock before it answers `Busy`.
 pub const LOCK_WAIT_MAX: Duration = Duration::from_millis(500);
+
+impl Shared {
+    /// Makes an empty Root at `dir` (see [`crate::Root::init`]).
+    pub(crate) fn init(dir: &Path) -> Result<(), EngineError> {
+        if dir.exists() && !dir.is_dir() {
+            return Err(EngineError::invalid(format!(
+                "{} exists and is not a directory",
+                dir.display()
+            )));
+        }
+        if !is_empty_dir(dir)? {
+            return Err(EngineError::NotEmpty {
+                path: dir.to_owned(),
+            });
+        }
+        std::fs::create_dir_all(dir).map_err(|e| EngineError::io(dir, "create directory", e))?;
+        for sub in [SESSIONS_DIR, "blobs", "tmp"] {
+            let p = dir.join(sub);
+            std::fs::create_dir(&p).map_err(|e| EngineError::io(&p, "create directory", e))?;
+        }
+        drop(Log::create(
+            &dir.join(ROOT_LOG_DIR),
+            log_config(Durability::Sync),
+        )?);
+        // Builds before the directory lock flocked this file; it is still made so a Root
+        // looks the same to them, but the lock that counts is on the directory (`take_lock`).
+        let lock_path = dir.join(LOCK_FILE);
+        File::create(&lock_path).map_err(|e| EngineError::io(&lock_path, "create", e))?;
+        // The header goes last: its presence marks a complete Root.
+        crate::fsutil::write_atomic(&dir.join(HEADER_FILE), &encode_header())
+    }
+
+    /// Opens the Root at `dir`: header, writer lock, Root log (replayed into the registry),
+    /// catalog snapshot; finishes a creation or fork a crash interrupted.
+    pub(crate) fn open(dir: &Path, options: RootOptions) -> Result<Arc<Shared>, EngineError> {
+        check_header(dir)?;
+        let lock_file = take_lock(dir)?;
+        let (root_log, recovery) =
+            Log::open(&dir.join(ROOT_LOG_DIR), log_config(options.durability))?;
+        let cuts: Vec<CutNote> = CutNote::of(None, &recovery).into_iter().collect();
+        for c in &cuts {
+            options.progress.notice(&c.to_string());
+        }
+        let mut registry = Registry::default();
+        let extras = Extras::default();
+        let mut last: Option<SessionRecord> = None;
+        let mut last_fork = None;
+        for item in root_log.scan(root_log.start()) {
+            let (loc, record, _) = item?;
+            if record.kind == records::KIND_FORK_SESSION
+                || record.kind == records::KIND_LAYERED_FORK
+            {
+                let layered = record.kind == records::KIND_LAYERED_FORK;
+                let (id, entry, fork) =
+                    load_fork_record(root_log.dir(), &record.payload, &extras, layered)?;
+                registry.sessions.insert(id, entry);
+                last = None;
+                // Only a copied fork has a staging directory to finish on open.
+                last_fork = (!layered).then_some(fork);
+                continue;
+            }
+            if record.kind != records::KIND_SESSION {
+                return Err(EngineError::corrupt(
+                    root_log.dir(),
+                    format!("unknown record kind {} at {loc:?}", record.kind),
+                ));
+            }
+            let r: SessionRecord =
+                records::decode(root_log.dir(), "a Session record", &record.payload)?;
+            registry
+                .receipts
+                .insert(r.operation.clone(), (r.params, r.session_id.clone()));
+            registry.sessions.insert(
+                r.session_id.clone(),
+                Entry {
+                    workspace: r.workspace.clone(),
+                    branch: r.branch.clone(),
+                    layered: false,
+                    slot: Arc::default(),
+                    summary: Arc::default(),
+                },
+            );
+            last = Some(r);
+            last_fork = None;
+        }
+        // Listing facts saved by the last clean close (removed before the first commit, so
+        // never trusted after a crash that followed a change).
+        let (snapshot, saved) = crate::catalog::Snapshot::load(dir, Arc::clone(&lock_file.dir))?;
+        // A snapshot on disk means the last close was clean and nothing changed since: no
+        // half-made fork can be lying about, and the open need not list `sessions/`.
+        let closed_cleanly = saved.is_some();
+        if let Some(saved) = saved {
+            for (id, s) in saved {
+                if let Some(e) = registry.sessions.get_mut(&id) {
+                    e.summary = Arc::new(Summary::from_saved(s));
+                }
+            }
+        }
+        let open_max = options.open_sessions_max.max(1);
+        let ids = IdGen::new(dir);
+        let journal = Arc::new(crate::journal::Journal::new(ids.epoch()));
+        let snapshot = Arc::new(snapshot);
+        let flusher = Arc::new(Flusher::default());
+        let shared = Arc::new(Shared {
+            dir: dir.to_owned(),
+            journal: Arc::clone(&journal),
+            snapshot: Arc::clone(&snapshot),
+            ids,
+            blobs: BlobStore::new(dir),
+            block_cache: logbook_log::BlockCache::new(options.block_cache_bytes),
+            sessions_sync: crate::fsutil::SharedDirSync::default(),
+            options,
+            _lock: lock_file,
+            root_log,
+            registry: Mutex::new(registry),
+            extras,
+            opened: Mutex::new(Vec::new()),
+            uses: AtomicU64::new(0),
+            open_max: AtomicUsize::new(open_max),
+            stop: Mutex::new(false),
+            stop_signal: Condvar::new(),
+            reservation_ended: Condvar::new(),
+            cuts: Mutex::new(cuts),
+            waits_ended: AtomicBool::new(false),
+            flusher: Arc::clone(&flusher),
+            commits: Arc::new(RootCommits {
+                journal: Arc::clone(&journal),
+                snapshot: Arc::clone(&snapshot),
+                flusher,
+            }),
+        });
+        let _ = shared.flusher.shared.set(Arc::downgrade(&shared));
+        // Creations are serialised and finished before the next starts, so only the last
+        // registered Session can lack its directory.
+        if let Some(r) = last {
+            shared.materialize(&r.session_id, r.workspace, r.branch)?;
+        }
+        finish_forks_on_open(&shared, last_fork.as_ref(), !closed_cleanly)?;
+        Ok(shared)
+    }
+}
 
 impl Shared {
     pub(crate) fn log_config(&self) -> logbook_log::LogConfig {
@@ -512,7 +654,7 @@ impl Shared {
 
     /// The process hit its descriptor limit: keep fewer Sessions open from now on (what the
     /// budget assumed per Session was too little here), and close idle ones now.
-    pub(crate) fn out_of_descriptors(&self, tries: u32) {
+    fn out_of_descriptors(&self, tries: u32) {
         let open = lock(&self.opened).len();
         let fewer = (open * 3 / 4).max(OPEN_SESSIONS_MIN);
         self.open_max.fetch_min(fewer, Ordering::AcqRel);
@@ -580,7 +722,7 @@ impl Shared {
     /// Takes the Session in a locked slot out of the cache when it is idle. The cache lock
     /// is held over the count and the removal, and the slot is locked by the caller, so no
     /// new reference can appear in between: the caller gets the only one.
-    pub(crate) fn take_idle(&self, slot: &mut Option<Arc<Session>>) -> Option<Arc<Session>> {
+    fn take_idle(&self, slot: &mut Option<Arc<Session>>) -> Option<Arc<Session>> {
         let mut opened = lock(&self.opened);
         let s = slot.as_ref()?;
         // A failed Session is left to the reopen path, which retires it properly.
@@ -592,7 +734,7 @@ impl Shared {
         Some(s)
     }
 
-    pub(crate) fn session_once(&self, id: &str) -> Result<Arc<Session>, EngineError> {
+    fn session_once(&self, id: &str) -> Result<Arc<Session>, EngineError> {
         let (slot, layered, plain, summary) = {
             let reg = lock(&self.registry);
             let e = reg
@@ -686,7 +828,7 @@ impl Shared {
     /// staging name (ids never start with '.') and renamed into place, so it appears whole.
     /// Following the sources from layered fork `id`'s source must never come back to `id`
     /// (only a damaged Root log could say so; opening would never finish).
-    pub(crate) fn check_chain(&self, id: &str, source: &str) -> Result<(), EngineError> {
+    fn check_chain(&self, id: &str, source: &str) -> Result<(), EngineError> {
         let reg = lock(&self.registry);
         let mut at = source;
         for _ in 0..=reg.sessions.len() {
@@ -707,7 +849,7 @@ impl Shared {
     /// Makes the directory of layered fork `id` on its first open: an empty log under
     /// `sessions/.fork-<id>` (a half-made one from a crash is removed first), synced, renamed
     /// into place, `sessions/` synced. Everything in it is derived from the Root log record.
-    pub(crate) fn make_fork_dir(&self, id: &str) -> Result<(), EngineError> {
+    fn make_fork_dir(&self, id: &str) -> Result<(), EngineError> {
         let sessions = self.dir.join(SESSIONS_DIR);
         let staging = fork_staging_dir(&self.dir, id);
         if staging.exists() {
@@ -772,7 +914,7 @@ impl Shared {
         Ok(())
     }
 
-    pub(crate) fn staging_of(&self, id: &str) -> PathBuf {
+    fn staging_of(&self, id: &str) -> PathBuf {
         self.dir
             .join(SESSIONS_DIR)
             .join(format!("{STAGING_PREFIX}{id}"))
@@ -829,7 +971,7 @@ impl Shared {
         first_err.map_or(Ok(()), Err)
     }
 
-    pub(crate) fn flush_loop(&self) {
+    fn flush_loop(&self) {
         let mut stop = lock(&self.stop);
         loop {
             // A stop asked for while this thread was starting or syncing must not wait out a
@@ -858,7 +1000,7 @@ impl Shared {
 /// deferred while appends kept the disk busy run now, at full speed (no commit competes):
 /// about 0.3 ms each on this project's bench machine, so a close after writing 10,000
 /// small Sessions waits a few seconds, and one after an ordinary day a few milliseconds.
-pub(crate) const CLOSED_SEALS_WAIT_MAX: Duration = Duration::from_secs(10);
+const CLOSED_SEALS_WAIT_MAX: Duration = Duration::from_secs(10);
 
 impl Drop for Shared {
     fn drop(&mut self) {
@@ -894,7 +1036,7 @@ impl Shared {
     }
 }
 
-pub(crate) const FORK_STAGING_PREFIX: &str = ".fork-";
+const FORK_STAGING_PREFIX: &str = ".fork-";
 
 type ForkKey = (String, String);
 
@@ -992,4 +1134,15 @@ pub(crate) fn finish_forks_on_open(
 pub fn fork_staging_dir(root: &Path, id: &str) -> PathBuf {
     root.join(SESSIONS_DIR)
         .join(format!("{FORK_STAGING_PREFIX}{id}"))
+}
+
+pub(crate) fn is_empty_dir(dir: &Path) -> Result<bool, EngineError> {
+    match std::fs::read_dir(dir) {
+        Ok(mut it) => Ok(it.next().is_none()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => Err(EngineError::invalid(
+            format!("{} is not a directory", dir.display()),
+        )),
+        Err(e) => Err(EngineError::io(dir, "list", e)),
+    }
 }

@@ -1,6 +1,5 @@
 //! The Root: header, writer lock, the Root log of Sessions, the blob store, and the public API.
 
-use crate::blobs::BlobStore;
 use crate::catalog::{Detail, Summary};
 use crate::error::EngineError;
 use crate::event::{AttachmentMeta, Event, InteractionResolved, StopRequested, UserMessage};
@@ -8,17 +7,15 @@ use crate::params::*;
 use crate::progress::ProgressUnit;
 use crate::records::{self, Outcome, Prepared, SessionRecord};
 use crate::registry::*;
-use crate::session::{log_config, Checkpoint, Mutation, Session};
+use crate::session::{Checkpoint, Mutation, Session};
 use crate::state::State;
 pub(crate) use crate::sync::lock;
 use crate::validate::{validate_event, validate_id, validate_session_id, APPEND_EVENTS_MAX};
 use base64::Engine as _;
-use logbook_log::{Durability, Log};
 use std::collections::HashSet;
-use std::fs::File;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 /// Most decoded attachment bytes one `send` may carry.
 pub const SEND_ATTACHMENT_BYTES_MAX: u64 = 64 << 20;
@@ -48,17 +45,6 @@ fn validate_workspace(w: &str) -> Result<(), EngineError> {
         )));
     }
     Ok(())
-}
-
-fn is_empty_dir(dir: &Path) -> Result<bool, EngineError> {
-    match std::fs::read_dir(dir) {
-        Ok(mut it) => Ok(it.next().is_none()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(true),
-        Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => Err(EngineError::invalid(
-            format!("{} is not a directory", dir.display()),
-        )),
-        Err(e) => Err(EngineError::io(dir, "list", e)),
-    }
 }
 
 /// Semantic checks of a batch against the state: ids that must be new or known.
@@ -110,32 +96,7 @@ impl Root {
     /// Makes a new Root in `dir`, which must be absent or an empty directory; anything else is
     /// refused and nothing is touched.
     pub fn init(dir: &Path) -> Result<(), EngineError> {
-        if dir.exists() && !dir.is_dir() {
-            return Err(EngineError::invalid(format!(
-                "{} exists and is not a directory",
-                dir.display()
-            )));
-        }
-        if !is_empty_dir(dir)? {
-            return Err(EngineError::NotEmpty {
-                path: dir.to_owned(),
-            });
-        }
-        std::fs::create_dir_all(dir).map_err(|e| EngineError::io(dir, "create directory", e))?;
-        for sub in [SESSIONS_DIR, "blobs", "tmp"] {
-            let p = dir.join(sub);
-            std::fs::create_dir(&p).map_err(|e| EngineError::io(&p, "create directory", e))?;
-        }
-        drop(Log::create(
-            &dir.join(ROOT_LOG_DIR),
-            log_config(Durability::Sync),
-        )?);
-        // Builds before the directory lock flocked this file; it is still made so a Root
-        // looks the same to them, but the lock that counts is on the directory (`take_lock`).
-        let lock_path = dir.join(LOCK_FILE);
-        File::create(&lock_path).map_err(|e| EngineError::io(&lock_path, "create", e))?;
-        // The header goes last: its presence marks a complete Root.
-        crate::fsutil::write_atomic(&dir.join(HEADER_FILE), &encode_header())
+        Shared::init(dir)
     }
 
     /// Opens a Root with default options (every mutation durable before it returns).
@@ -160,110 +121,9 @@ impl Root {
     /// of Sessions, and finishes a createSession that a crash interrupted. Sessions themselves
     /// open lazily on first use.
     pub fn open_with(dir: &Path, options: RootOptions) -> Result<Root, EngineError> {
-        check_header(dir)?;
-        let lock_file = take_lock(dir)?;
-        let (root_log, recovery) =
-            Log::open(&dir.join(ROOT_LOG_DIR), log_config(options.durability))?;
-        let cuts: Vec<CutNote> = CutNote::of(None, &recovery).into_iter().collect();
-        for c in &cuts {
-            options.progress.notice(&c.to_string());
-        }
-        let mut registry = Registry::default();
-        let extras = Extras::default();
-        let mut last: Option<SessionRecord> = None;
-        let mut last_fork = None;
-        for item in root_log.scan(root_log.start()) {
-            let (loc, record, _) = item?;
-            if record.kind == records::KIND_FORK_SESSION
-                || record.kind == records::KIND_LAYERED_FORK
-            {
-                let layered = record.kind == records::KIND_LAYERED_FORK;
-                let (id, entry, fork) =
-                    load_fork_record(root_log.dir(), &record.payload, &extras, layered)?;
-                registry.sessions.insert(id, entry);
-                last = None;
-                // Only a copied fork has a staging directory to finish on open.
-                last_fork = (!layered).then_some(fork);
-                continue;
-            }
-            if record.kind != records::KIND_SESSION {
-                return Err(EngineError::corrupt(
-                    root_log.dir(),
-                    format!("unknown record kind {} at {loc:?}", record.kind),
-                ));
-            }
-            let r: SessionRecord =
-                records::decode(root_log.dir(), "a Session record", &record.payload)?;
-            registry
-                .receipts
-                .insert(r.operation.clone(), (r.params, r.session_id.clone()));
-            registry.sessions.insert(
-                r.session_id.clone(),
-                Entry {
-                    workspace: r.workspace.clone(),
-                    branch: r.branch.clone(),
-                    layered: false,
-                    slot: Arc::default(),
-                    summary: Arc::default(),
-                },
-            );
-            last = Some(r);
-            last_fork = None;
-        }
-        // Listing facts saved by the last clean close (removed before the first commit, so
-        // never trusted after a crash that followed a change).
-        let (snapshot, saved) = crate::catalog::Snapshot::load(dir, Arc::clone(&lock_file.dir))?;
-        // A snapshot on disk means the last close was clean and nothing changed since: no
-        // half-made fork can be lying about, and the open need not list `sessions/`.
-        let closed_cleanly = saved.is_some();
-        if let Some(saved) = saved {
-            for (id, s) in saved {
-                if let Some(e) = registry.sessions.get_mut(&id) {
-                    e.summary = Arc::new(Summary::from_saved(s));
-                }
-            }
-        }
-        let open_max = options.open_sessions_max.max(1);
-        let ids = IdGen::new(dir);
-        let journal = Arc::new(crate::journal::Journal::new(ids.epoch()));
-        let snapshot = Arc::new(snapshot);
-        let flusher = Arc::new(Flusher::default());
-        let shared = Arc::new(Shared {
-            dir: dir.to_owned(),
-            journal: Arc::clone(&journal),
-            snapshot: Arc::clone(&snapshot),
-            ids,
-            blobs: BlobStore::new(dir),
-            block_cache: logbook_log::BlockCache::new(options.block_cache_bytes),
-            sessions_sync: crate::fsutil::SharedDirSync::default(),
-            options,
-            _lock: lock_file,
-            root_log,
-            registry: Mutex::new(registry),
-            extras,
-            opened: Mutex::new(Vec::new()),
-            uses: AtomicU64::new(0),
-            open_max: AtomicUsize::new(open_max),
-            stop: Mutex::new(false),
-            stop_signal: Condvar::new(),
-            reservation_ended: Condvar::new(),
-            cuts: Mutex::new(cuts),
-            waits_ended: AtomicBool::new(false),
-            flusher: Arc::clone(&flusher),
-            commits: Arc::new(RootCommits {
-                journal: Arc::clone(&journal),
-                snapshot: Arc::clone(&snapshot),
-                flusher,
-            }),
-        });
-        let _ = shared.flusher.shared.set(Arc::downgrade(&shared));
-        // Creations are serialised and finished before the next starts, so only the last
-        // registered Session can lack its directory.
-        if let Some(r) = last {
-            shared.materialize(&r.session_id, r.workspace, r.branch)?;
-        }
-        finish_forks_on_open(&shared, last_fork.as_ref(), !closed_cleanly)?;
-        Ok(Root { shared })
+        Ok(Root {
+            shared: Shared::open(dir, options)?,
+        })
     }
 
     /// The Root directory.
