@@ -1335,6 +1335,33 @@ fn write_lock<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
     l.write().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Seals segment `n`, whose logical bytes (from `path`, its active file) are `data`: checks
+/// every frame, writes `n.sealed` (steps 1 and 2 of docs/format.md, "Sealing"), and returns it
+/// opened and checked. The caller removes the active file (step 3).
+fn write_sealed(
+    fs: &Arc<dyn FileSystem>,
+    dir: &Path,
+    path: &Path,
+    n: u64,
+    data: &[u8],
+) -> Result<SealedSegment, LogError> {
+    let w = walk(n, data);
+    if let Some((at, reason)) = w.damage {
+        return Err(LogError::corrupt(path, at, reason));
+    }
+    if w.good_end != data.len() as u64 {
+        return Err(LogError::corrupt(
+            path,
+            w.good_end,
+            "the segment ends inside a batch; only whole segments are sealed",
+        ));
+    }
+    let bytes = sealed::build(n, data, &w)
+        .map_err(|m| LogError::io(path, "compress", std::io::Error::other(m)))?;
+    let dst = sealed::write(&**fs, dir, n, &bytes)?;
+    SealedSegment::open(Arc::clone(fs), &dst, n)
+}
+
 /// True when a newest segment of at least a header's length holds no header and nothing but
 /// zeros: a segment created without a sync (`create_segment_unsynced`) whose bytes never
 /// reached the disk, though its name and length did. Reads the file only when its first bytes
@@ -1501,11 +1528,15 @@ pub fn background_thread() {
 }
 
 /// Segments waiting to be sealed, of every log of the process, and how many sealer threads
-/// run. One mutex guards both, so a job queued while the last thread decides to exit is
-/// never lost: that thread exits only after seeing the queue empty under this lock, and a
+/// run. One mutex guards them all, so a job queued while the last thread decides to exit is
+/// never lost: that thread exits only after seeing the queues empty under this lock, and a
 /// queuer that then finds fewer than [`SEALER_THREADS_MAX`] threads starts one.
 struct SealPool {
-    queue: VecDeque<SealJob>,
+    /// Segments rolls finished, of open logs: sealed first (a log waits for them when
+    /// dropped).
+    rolled: VecDeque<(Arc<Shared>, u64)>,
+    /// Closed logs' newest segments, oldest first (see [`ClosedSeal::deferral`]).
+    closed: VecDeque<ClosedSeal>,
     threads: usize,
     /// Closed logs being sealed now (see [`Log::seal_when_closed`]).
     closing: Vec<(DirKey, PathBuf)>,
@@ -1574,17 +1605,15 @@ impl ClosedSeal {
     }
 }
 
-impl SealJob {
-    fn closed_dir(&self) -> Option<(&DirKey, &Path)> {
-        match self {
-            SealJob::Closed(c) => Some((&c.key, &c.dir)),
-            SealJob::Rolled(..) => None,
-        }
+impl SealPool {
+    fn is_empty(&self) -> bool {
+        self.rolled.is_empty() && self.closed.is_empty()
     }
 }
 
 static SEAL_POOL: Mutex<SealPool> = Mutex::new(SealPool {
-    queue: VecDeque::new(),
+    rolled: VecDeque::new(),
+    closed: VecDeque::new(),
     threads: 0,
     closing: Vec::new(),
     hurry: Vec::new(),
@@ -1598,7 +1627,11 @@ static SEAL_POOL_CV: Condvar = Condvar::new();
 /// segment unsealed: the next open seals it, as after a crash).
 fn push_seal_job(job: SealJob) -> Option<SealJob> {
     let mut pool = lock(&SEAL_POOL);
-    pool.queue.push_back(job);
+    let rolled = matches!(job, SealJob::Rolled(..));
+    match job {
+        SealJob::Rolled(shared, n) => pool.rolled.push_back((shared, n)),
+        SealJob::Closed(c) => pool.closed.push_back(c),
+    }
     // A thread deferring a closed log's seal takes a rolled segment first.
     SEAL_POOL_CV.notify_all();
     if pool.threads >= SEALER_THREADS_MAX {
@@ -1613,7 +1646,11 @@ fn push_seal_job(job: SealJob) -> Option<SealJob> {
             pool.threads += 1;
             None
         }
-        Err(_) if pool.threads == 0 => pool.queue.pop_back(),
+        Err(_) if pool.threads == 0 && rolled => pool
+            .rolled
+            .pop_back()
+            .map(|(shared, n)| SealJob::Rolled(shared, n)),
+        Err(_) if pool.threads == 0 => pool.closed.pop_back().map(SealJob::Closed),
         Err(_) => None,
     }
 }
@@ -1624,42 +1661,34 @@ fn push_seal_job(job: SealJob) -> Option<SealJob> {
 fn next_seal_job() -> Option<SealJob> {
     let mut pool = lock(&SEAL_POOL);
     loop {
-        let rolled = pool
-            .queue
-            .iter()
-            .position(|j| matches!(j, SealJob::Rolled(..)));
-        if let Some(i) = rolled {
-            return pool.queue.remove(i);
+        if let Some((shared, n)) = pool.rolled.pop_front() {
+            return Some(SealJob::Rolled(shared, n));
         }
-        // The first closed log whose seal need not wait (one being settled may be behind
-        // others that wait for a pause); else wait as long as the first one must.
-        let mut wait = None;
-        let mut ready = None;
-        for (i, j) in pool.queue.iter().enumerate() {
-            if let SealJob::Closed(c) = j {
-                match c.deferral(&pool.hurry) {
-                    None => {
-                        ready = Some(i);
-                        break;
-                    }
-                    Some(d) => wait = Some(wait.map_or(d, |w: Duration| w.min(d))),
-                }
-            }
-        }
-        if let Some(i) = ready {
-            let job = pool.queue.remove(i);
-            if let Some(SealJob::Closed(c)) = &job {
+        // The oldest closed log's seal waits least (the pause is the process's, the time
+        // limit runs from queueing); one being settled goes at once, wherever it is queued.
+        let first_wait = pool.closed.front()?.deferral(&pool.hurry);
+        let ready = match first_wait {
+            None => Some(0),
+            Some(_) if pool.hurry.is_empty() => None,
+            Some(_) => pool
+                .closed
+                .iter()
+                .position(|c| c.deferral(&pool.hurry).is_none()),
+        };
+        match ready.and_then(|i| pool.closed.remove(i)) {
+            Some(c) => {
                 let running = (c.key, c.dir.clone());
                 pool.closing.push(running);
+                return Some(SealJob::Closed(c));
             }
-            return job;
+            None => {
+                let d = first_wait.unwrap_or(CLOSED_SEAL_PAUSE);
+                pool = SEAL_POOL_CV
+                    .wait_timeout(pool, d)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            }
         }
-        // No closed log's seal queued either: nothing to do.
-        let d = wait?;
-        pool = SEAL_POOL_CV
-            .wait_timeout(pool, d)
-            .unwrap_or_else(|p| p.into_inner())
-            .0;
     }
 }
 
@@ -1670,7 +1699,7 @@ fn sealer_loop() {
     loop {
         let Some(job) = next_seal_job() else {
             let mut pool = lock(&SEAL_POOL);
-            if pool.queue.is_empty() {
+            if pool.is_empty() {
                 pool.threads -= 1;
                 return;
             }
@@ -1713,8 +1742,7 @@ fn sealer_loop() {
 /// for one that has started, so that the open finds the directory as the seal leaves it.
 fn settle_closed_seal(key: DirKey) {
     let mut pool = lock(&SEAL_POOL);
-    pool.queue
-        .retain(|j| j.closed_dir().is_none_or(|(k, _)| *k != key));
+    pool.closed.retain(|c| c.key != key);
     while pool.closing.iter().any(|(k, _)| *k == key) {
         pool = SEAL_POOL_CV.wait(pool).unwrap_or_else(|p| p.into_inner());
     }
@@ -1732,10 +1760,7 @@ pub fn settle_closed_seals(dir: &Path, wait_max: Duration) {
     pool.hurry.push(dir.to_path_buf());
     SEAL_POOL_CV.notify_all();
     loop {
-        let queued = pool
-            .queue
-            .iter()
-            .any(|j| j.closed_dir().is_some_and(|(_, d)| under(d)));
+        let queued = pool.closed.iter().any(|c| under(&c.dir));
         let running = pool.closing.iter().any(|(_, d)| under(d));
         if !queued && !running {
             if let Some(i) = pool.hurry.iter().position(|h| h == dir) {
@@ -1745,8 +1770,7 @@ pub fn settle_closed_seals(dir: &Path, wait_max: Duration) {
         }
         let now = Instant::now();
         if queued && now >= deadline {
-            pool.queue
-                .retain(|j| j.closed_dir().is_none_or(|(_, d)| !under(d)));
+            pool.closed.retain(|c| !under(&c.dir));
             continue;
         }
         pool = if queued {
@@ -1799,18 +1823,8 @@ impl ClosedSeal {
             ACTIVE_VERSION_OLDEST,
             self.segment,
         )?;
-        let w = walk(self.segment, &data);
-        if let Some((at, reason)) = w.damage {
-            return Err(LogError::corrupt(&path, at, reason));
-        }
-        if w.good_end != self.len {
-            return Ok(());
-        }
-        let bytes = sealed::build(self.segment, &data, &w)
-            .map_err(|m| LogError::io(&path, "compress", std::io::Error::other(m)))?;
-        let dst = sealed::write(&*self.fs, &self.dir, self.segment, &bytes)?;
         // Checked before the active copy goes, as an open that finds both files checks it.
-        SealedSegment::open(Arc::clone(&self.fs), &dst, self.segment)?;
+        write_sealed(&self.fs, &self.dir, &path, self.segment, &data)?;
         // Not synced, as for a roll's seal.
         self.fs
             .remove_file(&path)
@@ -2420,14 +2434,7 @@ impl Shared {
             }
         };
         let data = read_all(&*file, &path, len)?;
-        let w = walk(n, &data);
-        if let Some((at, reason)) = w.damage {
-            return Err(LogError::corrupt(&path, at, reason));
-        }
-        let bytes = sealed::build(n, &data, &w)
-            .map_err(|m| LogError::io(&path, "compress", std::io::Error::other(m)))?;
-        let dst = sealed::write(&*self.fs, &self.dir, n, &bytes)?;
-        let s = SealedSegment::open(Arc::clone(&self.fs), &dst, n)?;
+        let s = write_sealed(&self.fs, &self.dir, &path, n, &data)?;
         write_lock(&self.segments).insert(
             n,
             SegEntry {
