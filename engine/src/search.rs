@@ -28,7 +28,7 @@ use crate::error::EngineError;
 use crate::event::RowSource;
 use crate::history::fence;
 use crate::params::Position;
-pub(crate) use crate::postings::{is_searchable, segment_of_row, Sealed, Tail};
+pub(crate) use crate::postings::{is_searchable, row_key, segment_of_row, Sealed, Tail};
 use crate::session::{Inner, Session};
 use crate::sync::lock;
 use cursor::{Binding, SearchCursor};
@@ -37,20 +37,6 @@ use logbook_log::Reader;
 use std::sync::Arc;
 
 pub use crate::params::{SearchHit, SearchPage, SearchParams};
-
-/// Row `row`'s index entry (its event, item and kind).
-pub(crate) fn row_entry(
-    session: &Session,
-    inner: &Inner,
-    row: u64,
-) -> Result<crate::session::RowEntry, EngineError> {
-    inner.row(row)?.ok_or_else(|| {
-        EngineError::corrupt(
-            session.dir().join("row.idx"),
-            format!("row entry {row} is unreadable"),
-        )
-    })
-}
 
 /// Hits per page when `limit` is null.
 pub const SEARCH_HITS_DEFAULT: u32 = 64;
@@ -177,28 +163,26 @@ impl Page<'_> {
         offset: u64,
     ) -> Result<Option<(u8, u64)>, EngineError> {
         self.rows_examined += 1;
-        let entry = row_entry(self.session, self.inner, row)?;
+        let (sequence, item) = row_key(self.session, self.inner, row)?;
         let session = self.session;
         // The event is read without being cached: a search walks far more rows than a reader
         // looks at again.
         let mut reader = self.reader.take();
-        let found =
-            session.with_event_rows(self.inner, entry.sequence, false, &mut reader, |rows| {
-                let src = rows.get(entry.item as usize).ok_or_else(|| {
-                    EngineError::corrupt(
-                        session.dir().join("row.idx"),
-                        format!(
-                            "row {row} names item {} of event {}, which has fewer rows",
-                            entry.item, entry.sequence
-                        ),
-                    )
-                })?;
-                let position = Position {
-                    source_sequence: entry.sequence,
-                    item_index: entry.item,
-                };
-                Ok(self.verify_fields(src, position, field, offset))
-            });
+        let found = session.with_event_rows(self.inner, sequence, false, &mut reader, |rows| {
+            let src = rows.get(item as usize).ok_or_else(|| {
+                EngineError::corrupt(
+                    session.dir().join("row.idx"),
+                    format!(
+                        "row {row} names item {item} of event {sequence}, which has fewer rows"
+                    ),
+                )
+            })?;
+            let position = Position {
+                source_sequence: sequence,
+                item_index: item,
+            };
+            Ok(self.verify_fields(src, position, field, offset))
+        });
         self.reader = reader;
         found?
     }

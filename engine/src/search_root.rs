@@ -47,7 +47,7 @@ use crate::journal::Journal;
 use crate::params::Position;
 use crate::registry::{Shared, SESSIONS_DIR};
 use crate::search::SEARCH_PAGE_LOOKUPS_MAX;
-use crate::search::{row_entry, Page, Plan, CANDIDATE_BATCH};
+use crate::search::{row_key, Page, Plan, CANDIDATE_BATCH};
 use crate::session::Session;
 use crate::sync::lock;
 use base64::Engine as _;
@@ -670,7 +670,7 @@ impl Session {
                 if row >= n {
                     return Err(bad("a row"));
                 }
-                let seq = row_entry(self, &inner, row)?.sequence;
+                let seq = row_key(self, &inner, row)?.0;
                 let t = titles.partition_point(|(s, _)| *s < seq);
                 (t, Some(row), Some((row, field, offset)), None)
             }
@@ -710,7 +710,7 @@ impl Session {
             let (first, cands) =
                 self.window_candidates(&inner, plan, tail, top, n, &mut lookups)?;
             for &c in cands.iter().rev() {
-                let seq = row_entry(self, &inner, c)?.sequence;
+                let seq = row_key(self, &inner, c)?.0;
                 if let Some(r) = titles.down_to(&mut page, total, Some(seq)) {
                     break 'walk Walked::Stopped(r);
                 }
@@ -738,7 +738,7 @@ impl Session {
             at_row = None;
             hi = first.checked_sub(1);
             if let Some(below) = hi {
-                let seq = row_entry(self, &inner, below)?.sequence;
+                let seq = row_key(self, &inner, below)?.0;
                 if let Some(r) = titles.down_to(&mut page, total, Some(seq)) {
                     break 'walk Walked::Stopped(r);
                 }

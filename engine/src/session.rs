@@ -1185,12 +1185,12 @@ impl Session {
         Ok(())
     }
 
-    /// Finds the receipt of `operation`, loading the receipt map on first use.
-    fn find_receipt(
+    /// The receipt map, loaded on first use (and, when a receipt entry fails its checksum,
+    /// loaded again after the indexes are rebuilt from the log).
+    fn receipt_map<'m>(
         &self,
-        map: &mut Option<ReceiptMap>,
-        operation: &str,
-    ) -> Result<Option<Receipt>, EngineError> {
+        map: &'m mut Option<ReceiptMap>,
+    ) -> Result<&'m ReceiptMap, EngineError> {
         if map.is_none() {
             let loaded = self.load_receipts();
             let loaded = match loaded {
@@ -1205,20 +1205,34 @@ impl Session {
             };
             *map = Some(loaded?);
         }
-        let m = map.as_ref().expect("loaded above");
+        Ok(map.as_ref().expect("loaded above"))
+    }
+
+    /// The receipt record at `loc` (a Location the receipt map names).
+    fn read_receipt(&self, loc: Location) -> Result<Receipt, EngineError> {
+        let record = self.log.read(loc)?;
+        if record.kind != records::KIND_RECEIPT {
+            return Err(EngineError::corrupt(
+                self.log.dir(),
+                format!("record at {loc:?} is not a receipt"),
+            ));
+        }
+        records::decode(self.log.dir(), "a receipt record", &record.payload)
+    }
+
+    /// Finds the receipt of `operation`, loading the receipt map on first use.
+    fn find_receipt(
+        &self,
+        map: &mut Option<ReceiptMap>,
+        operation: &str,
+    ) -> Result<Option<Receipt>, EngineError> {
+        let m = self.receipt_map(map)?;
         for loc in m
             .get(&records::operation_hash(operation))
             .into_iter()
             .flatten()
         {
-            let record = self.log.read(*loc)?;
-            if record.kind != records::KIND_RECEIPT {
-                return Err(EngineError::corrupt(
-                    self.log.dir(),
-                    format!("record at {loc:?} is not a receipt"),
-                ));
-            }
-            let r: Receipt = records::decode(self.log.dir(), "a receipt record", &record.payload)?;
+            let r = self.read_receipt(*loc)?;
             if r.operation == operation {
                 return Ok(Some(r));
             }
@@ -1286,19 +1300,9 @@ impl Session {
         let mut ids = self.patch_ids.lock().unwrap_or_else(|p| p.into_inner());
         if ids.is_none() {
             let mut map = self.writer()?;
-            if map.is_none() {
-                // Loaded (and rebuilt from the log if damaged) as for a mutation.
-                self.find_receipt(&mut map, "")?;
-            }
             let mut found = HashSet::new();
-            for loc in map.iter().flat_map(|m| m.values()).flatten() {
-                let record = self.log.read(*loc)?;
-                if record.kind != records::KIND_RECEIPT {
-                    continue;
-                }
-                let r: Receipt =
-                    records::decode(self.log.dir(), "a receipt record", &record.payload)?;
-                if let Outcome::Patch { patch_id, .. } = r.outcome {
+            for loc in self.receipt_map(&mut map)?.values().flatten() {
+                if let Outcome::Patch { patch_id, .. } = self.read_receipt(*loc)?.outcome {
                     found.insert(patch_id);
                 }
             }
