@@ -59,7 +59,7 @@ pub const DIAGNOSTIC_MESSAGE_BYTES_MAX: usize = 4096;
 pub const DIAGNOSTICS_CURSOR_VERSION: u8 = 1;
 const CURSOR_MAGIC: u8 = b'D';
 const CURSOR_BYTES: usize = 30;
-const DIAGNOSTICS_DIR: &str = "diagnostics";
+pub(crate) const DIAGNOSTICS_DIR: &str = "diagnostics";
 
 /// What failed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -179,7 +179,7 @@ pub(crate) struct DiagLog {
 
 impl DiagLog {
     /// The diagnostics of the Session whose directory is `session_dir` (nothing is read yet).
-    fn new(session_dir: &Path, config: logbook_log::LogConfig) -> DiagLog {
+    pub(crate) fn new(session_dir: &Path, config: logbook_log::LogConfig) -> DiagLog {
         DiagLog {
             dir: session_dir.join(DIAGNOSTICS_DIR),
             config,

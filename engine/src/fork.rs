@@ -241,6 +241,7 @@ impl Root {
                     workspace,
                     branch: Some(branch.clone()),
                     layered: true,
+                    import: None,
                     slot: Default::default(),
                     summary,
                 },

@@ -16,6 +16,17 @@ pub(crate) struct ForkMarker {
     turn: Option<String>,
 }
 
+impl ForkMarker {
+    /// The marker of a history whose fork rules apply after event `through`.
+    pub(crate) fn new(source: String, through: u64) -> ForkMarker {
+        ForkMarker {
+            source,
+            through,
+            turn: None,
+        }
+    }
+}
+
 /// Checks a fork marker against the state replayed so far and applies its rules to it.
 pub(crate) fn apply_marker(
     log_path: &Path,

@@ -84,6 +84,7 @@
 #![forbid(unsafe_code)]
 
 mod blobs;
+pub mod bundle;
 mod catalog;
 mod cursor;
 pub mod diagnostics;
@@ -111,6 +112,10 @@ mod state;
 mod sync;
 pub mod validate;
 
+pub use bundle::{
+    ExportResult, ExportSessionParams, ImportBundleParams, ImportResult, BUNDLE_FORMAT_VERSION,
+    BUNDLE_MAGIC,
+};
 pub use catalog::{CATALOG_FORMAT_VERSION, CATALOG_MAGIC};
 pub use cursor::CURSOR_VERSION;
 pub use diagnostics::{

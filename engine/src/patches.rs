@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub const PATCH_MAGIC: [u8; 8] = *b"LBPATCH\0";
 /// Format version of stored patch files.
 pub const PATCH_FORMAT_VERSION: u32 = 1;
-const PATCH_HEADER_BYTES: u64 = 16;
+pub(crate) const PATCH_HEADER_BYTES: u64 = 16;
 /// Largest patch `store_patch` accepts, in bytes.
 pub const PATCH_BYTES_MAX: u64 = 1 << 30;
 /// Default `readPatch` chunk, in bytes.
@@ -85,13 +85,23 @@ fn snapshot_params() -> [u8; 32] {
     records::params_digest("snapshotPatch", &())
 }
 
+/// Where the patch whose SHA-256 is `hex` is stored in the Root at `root`.
+pub(crate) fn patch_file_path(root: &std::path::Path, hex: &str) -> PathBuf {
+    root.join(PATCHES_DIR).join(&hex[..2]).join(&hex[2..])
+}
+
+/// The 16 bytes every patch file starts with.
+pub(crate) fn patch_file_header() -> Vec<u8> {
+    let mut h = Vec::with_capacity(PATCH_HEADER_BYTES as usize);
+    h.extend_from_slice(&PATCH_MAGIC);
+    h.extend_from_slice(&PATCH_FORMAT_VERSION.to_le_bytes());
+    h.extend_from_slice(&[0u8; 4]);
+    h
+}
+
 impl Root {
     fn patch_path(&self, hex: &str) -> PathBuf {
-        self.shared
-            .dir
-            .join(PATCHES_DIR)
-            .join(&hex[..2])
-            .join(&hex[2..])
+        patch_file_path(&self.shared.dir, hex)
     }
 
     /// The patch an earlier `store_patch` with this operation captured, or None.
@@ -306,7 +316,10 @@ fn splits_char(before: &[u8], rest: &[u8]) -> bool {
     false
 }
 
-fn check_patch_header(path: &std::path::Path, f: &mut std::fs::File) -> Result<u64, EngineError> {
+pub(crate) fn check_patch_header(
+    path: &std::path::Path,
+    f: &mut std::fs::File,
+) -> Result<u64, EngineError> {
     let len = f
         .metadata()
         .map_err(|e| EngineError::io(path, "stat", e))?
@@ -346,10 +359,7 @@ fn write_patch_file(
     if std::fs::metadata(path).is_ok_and(|m| m.len() == PATCH_HEADER_BYTES + bytes.len() as u64) {
         return Ok(());
     }
-    let mut content = Vec::with_capacity(PATCH_HEADER_BYTES as usize + bytes.len());
-    content.extend_from_slice(&PATCH_MAGIC);
-    content.extend_from_slice(&PATCH_FORMAT_VERSION.to_le_bytes());
-    content.extend_from_slice(&[0u8; 4]);
+    let mut content = patch_file_header();
     content.extend_from_slice(bytes);
     let n = TMP_COUNTER.fetch_add(1, Ordering::Relaxed);
     let tmp = tmp_dir.join(format!("patch-{}-{n}", std::process::id()));

@@ -21,6 +21,9 @@ pub(crate) const KIND_FORK_SESSION: u8 = 17;
 /// Root log: a layered fork's registration (`crate::fork::ForkRecord`), which is also the
 /// fork's receipt and its base (source and fence); written by this build.
 pub(crate) const KIND_LAYERED_FORK: u8 = 18;
+/// Root log: a Session imported from a bundle (`ImportRecord`), which is also the import's
+/// receipt (see `crate::bundle`).
+pub(crate) const KIND_IMPORTED_SESSION: u8 = 19;
 
 #[derive(Serialize)]
 pub(crate) struct EventRecordRef<'a> {
@@ -76,6 +79,21 @@ pub(crate) struct SessionRecord {
     pub branch: Option<Branch>,
     pub operation: String,
     pub params: [u8; 32],
+}
+
+/// Root log payload of [`KIND_IMPORTED_SESSION`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct ImportRecord {
+    pub session_id: String,
+    pub workspace: Option<String>,
+    pub operation: String,
+    pub params: [u8; 32],
+    /// SHA-256 of the bundle's header and manifest: which bundle made this Session.
+    pub bundle: [u8; 32],
+    /// The imported Session's revision (the bundle's fence).
+    pub revision: u64,
+    /// The sequence after which the fork rules applied in the exported Session, if any.
+    pub reset: Option<u64>,
 }
 
 pub(crate) fn encode<T: Serialize>(value: &T) -> Vec<u8> {

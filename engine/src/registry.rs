@@ -163,9 +163,32 @@ pub(crate) struct Entry {
     pub(crate) branch: Option<Branch>,
     /// A layered fork: `branch` is its base, read from the source (see `crate::fork`).
     pub(crate) layered: bool,
+    /// Made by `importBundle` (see `crate::bundle`).
+    pub(crate) import: Option<Imported>,
     pub(crate) slot: SessionSlot,
     /// What listings show without opening the Session (see `crate::catalog`).
     pub(crate) summary: Arc<Summary>,
+}
+
+/// What an imported Session's Root-log record says beyond its id and workspace.
+#[derive(Clone, Debug)]
+pub(crate) struct Imported {
+    /// SHA-256 of the bundle's header and manifest.
+    pub(crate) bundle: [u8; 32],
+    pub(crate) revision: u64,
+    pub(crate) reset: Option<u64>,
+}
+
+impl Entry {
+    /// The sequence after which the fork rules applied to this Session's state (its fork
+    /// fence, or what the bundle it was imported from said), if any.
+    pub(crate) fn reset(&self) -> Option<u64> {
+        match (&self.branch, &self.import) {
+            (Some(b), _) => Some(b.through),
+            (None, Some(i)) => i.reset,
+            (None, None) => None,
+        }
+    }
 }
 
 #[derive(Default)]
@@ -520,6 +543,31 @@ impl Shared {
                 last_fork = (!layered).then_some(fork);
                 continue;
             }
+            if record.kind == records::KIND_IMPORTED_SESSION {
+                let r: records::ImportRecord =
+                    records::decode(root_log.dir(), "an import record", &record.payload)?;
+                registry
+                    .receipts
+                    .insert(r.operation.clone(), (r.params, r.session_id.clone()));
+                registry.sessions.insert(
+                    r.session_id.clone(),
+                    Entry {
+                        workspace: r.workspace,
+                        branch: None,
+                        layered: false,
+                        import: Some(Imported {
+                            bundle: r.bundle,
+                            revision: r.revision,
+                            reset: r.reset,
+                        }),
+                        slot: Arc::default(),
+                        summary: Arc::default(),
+                    },
+                );
+                last = None;
+                last_fork = None;
+                continue;
+            }
             if record.kind != records::KIND_SESSION {
                 return Err(EngineError::corrupt(
                     root_log.dir(),
@@ -537,6 +585,7 @@ impl Shared {
                     workspace: r.workspace.clone(),
                     branch: r.branch.clone(),
                     layered: false,
+                    import: None,
                     slot: Arc::default(),
                     summary: Arc::default(),
                 },
@@ -735,7 +784,7 @@ impl Shared {
     }
 
     fn session_once(&self, id: &str) -> Result<Arc<Session>, EngineError> {
-        let (slot, layered, plain, summary) = {
+        let (slot, layered, plain, imported, summary) = {
             let reg = lock(&self.registry);
             let e = reg
                 .sessions
@@ -744,7 +793,14 @@ impl Shared {
             let layered = if e.layered { e.branch.clone() } else { None };
             // A Session made by createSession (not a fork): its workspace.
             let plain = e.branch.is_none().then(|| e.workspace.clone());
-            (e.slot.clone(), layered, plain, Arc::clone(&e.summary))
+            let imported = e.import.is_some();
+            (
+                e.slot.clone(),
+                layered,
+                plain,
+                imported,
+                Arc::clone(&e.summary),
+            )
         };
         let mut guard = lock(&slot);
         if let Some(s) = guard.as_ref() {
@@ -774,6 +830,11 @@ impl Shared {
             }
             None => None,
         };
+        if imported && !dir.is_dir() && import_staging_dir(&self.dir, id).is_dir() {
+            // Committed, but the rename into place failed or a crash came first.
+            self.place(&import_staging_dir(&self.dir, id), id)?;
+        }
+        let plain = plain.filter(|_| !imported);
         if let Some(workspace) = plain.filter(|_| !dir.is_dir() && self.staging_of(id).is_dir()) {
             // Registered, but the rename into place failed or a crash came first.
             self.materialize(id, workspace, None)?;
@@ -1072,6 +1133,7 @@ pub(crate) fn load_fork_record(
         workspace: r.workspace.clone(),
         branch: Some(r.branch.clone()),
         layered,
+        import: None,
         slot: Default::default(),
         summary: Default::default(),
     };
@@ -1079,8 +1141,10 @@ pub(crate) fn load_fork_record(
 }
 
 /// Finishes the rename of the last committed fork if a crash interrupted it, and (`scan`:
-/// after an unclean end) removes staging directories of forks that never committed. A layered
-/// fork's directory half-made by a crash is also made again by its next open.
+/// after an unclean end) removes staging directories of forks and imports that never
+/// committed, and renames those of committed imports into place. A layered fork's directory
+/// half-made by a crash is also made again by its next open; an imported Session's staging
+/// directory is also renamed by its next open (`session_once`).
 pub(crate) fn finish_forks_on_open(
     shared: &Shared,
     last: Option<&ForkRecord>,
@@ -1112,11 +1176,19 @@ pub(crate) fn finish_forks_on_open(
     let mut removed = false;
     for e in entries {
         let e = e.map_err(|e| EngineError::io(&sessions, "list", e))?;
-        if !e
-            .file_name()
-            .to_string_lossy()
-            .starts_with(FORK_STAGING_PREFIX)
-        {
+        let name = e.file_name().to_string_lossy().into_owned();
+        if let Some(id) = name.strip_prefix(IMPORT_STAGING_PREFIX) {
+            // An import committed (registered as imported) whose rename did not happen is
+            // finished; any other import staging directory never committed.
+            let committed = lock(&shared.registry)
+                .sessions
+                .get(id)
+                .is_some_and(|e| e.import.is_some());
+            if committed && !sessions.join(id).exists() {
+                shared.place(&e.path(), id)?;
+                continue;
+            }
+        } else if !name.starts_with(FORK_STAGING_PREFIX) {
             continue;
         }
         let p = e.path();
@@ -1128,6 +1200,15 @@ pub(crate) fn finish_forks_on_open(
         crate::fsutil::sync_dir(&sessions)?;
     }
     Ok(())
+}
+
+/// Prefix of the directory an imported Session is built under (see `crate::bundle`).
+const IMPORT_STAGING_PREFIX: &str = ".import-";
+
+/// The path Session `id` is built under while it is imported from a bundle.
+pub(crate) fn import_staging_dir(root: &Path, id: &str) -> PathBuf {
+    root.join(SESSIONS_DIR)
+        .join(format!("{IMPORT_STAGING_PREFIX}{id}"))
 }
 
 /// The path a fork of `id` is staged under (see `crate::fork`).

@@ -237,6 +237,7 @@ impl Root {
                     workspace: p.workspace,
                     branch: None,
                     layered: false,
+                    import: None,
                     slot: Arc::default(),
                     summary,
                 },

@@ -1077,6 +1077,103 @@ impl Session {
         Ok(f(&rows))
     }
 
+    /// Calls `f` with the stored record payload of every event `from..=to` (at most the
+    /// revision), in order: a base's events through the source's own log. Events under a
+    /// fence never change, so the index lock is taken per run of events, not for the whole
+    /// walk, and appends go on meanwhile.
+    pub(crate) fn for_each_event_payload(
+        &self,
+        from: u64,
+        to: u64,
+        f: &mut impl FnMut(u64, &[u8]) -> Result<(), EngineError>,
+    ) -> Result<(), EngineError> {
+        const RUN: u64 = 4096;
+        let base = {
+            let inner = self.read_checked()?;
+            inner
+                .base
+                .as_ref()
+                .map(|b| (Arc::clone(&b.session), b.through))
+        };
+        let mut at = from;
+        if let Some((source, through)) = base {
+            if at <= through {
+                source.for_each_event_payload(at, to.min(through), f)?;
+                at = through + 1;
+            }
+        }
+        let mut reader = self.log.reader();
+        let mut locs = Vec::new();
+        while at <= to {
+            let end = to.min(at + RUN - 1);
+            locs.clear();
+            {
+                let inner = self.read_checked()?;
+                for q in at..=end {
+                    locs.push(self.location_of(&inner, q)?);
+                }
+            }
+            for (q, loc) in (at..=end).zip(locs.iter().copied()) {
+                let record = reader.read(loc).map_err(|e| self.read_failed(q, loc, e))?;
+                self.check_event_kind(q, loc, record.kind)?;
+                let held = postcard::take_from_bytes::<u64>(record.payload).map(|(s, _)| s);
+                if held != Ok(q) {
+                    return Err(self.damaged_index(q, loc, "the record there holds another event"));
+                }
+                f(q, record.payload)?;
+            }
+            at = end + 1;
+        }
+        Ok(())
+    }
+
+    /// Calls `f` with every receipt of this Session's own log that lies before `cutoff` (all
+    /// of them for None), in log order, as stored and decoded.
+    pub(crate) fn for_each_receipt(
+        &self,
+        cutoff: Option<Location>,
+        mut f: impl FnMut(&[u8], Receipt) -> Result<(), EngineError>,
+    ) -> Result<(), EngineError> {
+        let locs: Vec<Location> = {
+            let inner = self.read_checked()?;
+            let mut locs = Vec::new();
+            for i in 0..inner.receipts.len() {
+                if let Some(e) = inner.receipts.get(i)? {
+                    locs.push(entry_loc(e, 8));
+                }
+            }
+            locs
+        };
+        let log_path = self.log.dir().to_owned();
+        let mut reader = self.log.reader();
+        for loc in locs.into_iter().filter(|l| cutoff.is_none_or(|c| *l < c)) {
+            let record = reader.read(loc)?;
+            if record.kind != records::KIND_RECEIPT {
+                return Err(EngineError::corrupt(
+                    self.dir.join("receipt.idx"),
+                    format!("its entry points at {loc:?}, which is not a receipt"),
+                ));
+            }
+            let r: Receipt = records::decode(&log_path, "a receipt record", record.payload)?;
+            f(record.payload, r)?;
+        }
+        Ok(())
+    }
+
+    /// Where the first own event after `through` lies: receipts before it were written while
+    /// the Session was at most at `through`. `Some(start)` when that event is in the base (no
+    /// own record precedes it), None when there is no such event yet.
+    pub(crate) fn own_cutoff(&self, through: u64) -> Result<Option<Location>, EngineError> {
+        let inner = self.read_checked()?;
+        if through < inner.seq_base() {
+            return Ok(Some(Location {
+                segment: 0,
+                offset: 0,
+            }));
+        }
+        Ok(inner.location(through + 1)?)
+    }
+
     fn location_of(&self, inner: &Inner, sequence: u64) -> Result<Location, EngineError> {
         inner.location(sequence)?.ok_or_else(|| {
             EngineError::not_found(format!("event {sequence} of Session {}", self.id))

@@ -1,0 +1,389 @@
+//! Session bundles: canonical export, exact round trip (plain Sessions and forks of forks),
+//! repeats and conflicts, and damaged bundles that change nothing.
+mod common;
+use common::*;
+use logbook_engine::*;
+use serde_json::{json, Value};
+use std::path::Path;
+
+fn p<T: serde::de::DeserializeOwned>(v: Value) -> T {
+    serde_json::from_value(v).expect("params")
+}
+
+fn export(root: &Root, sid: &str, through: Option<u64>) -> Vec<u8> {
+    let mut out = Vec::new();
+    let r = root
+        .export_session(
+            &ExportSessionParams {
+                session_id: sid.into(),
+                through,
+            },
+            &mut out,
+        )
+        .expect("export");
+    assert_eq!(r.bytes, out.len() as u64);
+    assert_eq!(r.digest, validate::sha256_digest(&out));
+    out
+}
+
+fn import(
+    root: &Root,
+    bytes: &[u8],
+    id: Option<&str>,
+    op: &str,
+) -> Result<ImportResult, EngineError> {
+    root.import_bundle(
+        &ImportBundleParams {
+            session_id: id.map(str::to_owned),
+            operation: op.into(),
+        },
+        &mut &bytes[..],
+        Path::new("test.bundle"),
+    )
+}
+
+/// A Session with every kind of content a bundle carries.
+fn populate(root: &Root, sid: &str) -> (Vec<String>, Vec<String>) {
+    let mut invocations = Vec::new();
+    let a = root
+        .send(p(json!({"sessionId": sid, "operation": "send-1", "text": "first question about tombstone\nsecond line",
+            "attachments": [{"name": "a.txt", "mimeType": "text/plain", "dataBase64": "aGVsbG8gd29ybGQ="},
+                            {"name": "b.bin", "mimeType": "application/octet-stream", "dataBase64": "AAECAwQ="}]})))
+        .expect("send");
+    invocations.push(a.invocation.clone());
+    let inv = &a.invocation;
+    append(
+        root,
+        sid,
+        "model-1",
+        &json!([{"kind": "modelCompletion", "invocation": inv, "model": "m1", "items": [
+            {"kind": "assistant", "body": "Let me look. Émile's ĲSSEL", "thinking": "hmm"},
+            {"kind": "toolCall", "id": "call-1", "name": "shell", "arguments": "{not json at all", "internal": false},
+            {"kind": "toolCall", "id": "call-2", "name": "secret", "arguments": "{\"x\": 1.50}", "internal": true}
+        ]}])
+        .to_string(),
+    )
+    .expect("model");
+    let tr: Value =
+        serde_json::from_str(&tool_result(inv, "call-1", "exit 0: tombstone found")).expect("tr");
+    let hidden: Value =
+        serde_json::from_str(&tool_result(inv, "call-2", "internal output")).expect("tr");
+    append(root, sid, "tools-1", &json!([tr, hidden]).to_string()).expect("tools");
+    append(
+        root,
+        sid,
+        "ctx-1",
+        &json!([{"kind": "contextPrepared", "invocation": inv, "groups": [{"role": "system", "messages": [{"a": 1}], "estimatedTokens": 12}],
+                 "tools": [{"name": "shell", "estimatedTokens": 3}], "providerUsage": {"in": 5}},
+                {"kind": "interactionRequested", "interactionId": "ask-1", "invocation": inv, "prompt": "allow?", "options": ["y", "n"]},
+                {"kind": "turnSettled", "invocation": inv, "outcome": "completed"}])
+        .to_string(),
+    )
+    .expect("ctx");
+    root.set_title(SetTitleParams {
+        session_id: sid.into(),
+        operation: "title-1".into(),
+        title: "A titled conversation".into(),
+    })
+    .expect("title");
+    let patch = root
+        .store_patch(sid, "patch-1", b"diff --git a/x b/x\n+tombstone\n".to_vec())
+        .expect("patch");
+    root.record_diagnostic(p(
+        json!({"sessionId": sid, "operation": "diag-1", "kind": "modelStep",
+        "invocation": inv, "cause": {"code": "provider.timeout", "message": "no answer"}}),
+    ))
+    .expect("diag");
+    (invocations, vec![patch.patch_id])
+}
+
+/// Every read a bundle promises to keep, as JSON.
+fn reads(root: &Root, sid: &str, invocations: &[String], patches: &[String]) -> Value {
+    let info = root.session_info(sid).expect("info");
+    let rev = info.revision;
+    let mut out = serde_json::Map::new();
+    for (name, dir) in [
+        ("newest", Direction::Backward),
+        ("oldest", Direction::Forward),
+    ] {
+        let mut pages = Vec::new();
+        let mut after = None;
+        loop {
+            let page = hist(root, sid, Some(rev), after, 2, dir);
+            pages.push(serde_json::to_value(&page).expect("json"));
+            match page.next_after {
+                Some(a) => after = Some(a),
+                None => break,
+            }
+        }
+        out.insert(name.into(), Value::Array(pages));
+    }
+    let all = hist(root, sid, Some(rev), None, 1000, Direction::Forward);
+    let mut sources = Vec::new();
+    for row in &all.rows {
+        for field in row.fields.keys() {
+            let s = root
+                .source(p(json!({"sessionId": sid, "through": rev, "position": row.position, "field": field})))
+                .expect("source");
+            sources.push(serde_json::to_value(&s).expect("json"));
+        }
+    }
+    out.insert("source".into(), Value::Array(sources));
+    let mut searches = Vec::new();
+    for (q, cs) in [
+        ("tombstone", true),
+        ("TOMBSTONE", false),
+        ("émile", false),
+        ("xz", false),
+    ] {
+        let s = root
+            .search(p(
+                json!({"sessionId": sid, "query": q, "caseSensitive": cs, "through": rev}),
+            ))
+            .expect("search");
+        searches.push(serde_json::to_value(&s).expect("json"));
+    }
+    out.insert("search".into(), Value::Array(searches));
+    for t in 1..=rev {
+        let c = root
+            .context(ContextParams {
+                session_id: sid.into(),
+                through: Some(t),
+            })
+            .expect("context");
+        out.insert(
+            format!("context-{t}"),
+            serde_json::to_value(&c).expect("json"),
+        );
+    }
+    for inv in invocations {
+        let a = root
+            .attachments(AttachmentsParams {
+                session_id: sid.into(),
+                invocation: inv.clone(),
+            })
+            .expect("attachments");
+        let d = root
+            .read_attachments(ReadAttachmentsParams {
+                session_id: sid.into(),
+                invocation: inv.clone(),
+                offset: None,
+                limit: None,
+            })
+            .expect("read attachments");
+        out.insert(format!("attachments-{inv}"), json!([a, d]));
+    }
+    let d = root
+        .diagnostics(DiagnosticsParams {
+            session_id: sid.into(),
+            through: None,
+            after: None,
+            limit: None,
+        })
+        .expect("diagnostics");
+    out.insert(
+        "diagnostics".into(),
+        serde_json::to_value(&d).expect("json"),
+    );
+    for id in patches {
+        let r = root
+            .read_patch(ReadPatchParams {
+                session_id: sid.into(),
+                patch_id: id.clone(),
+                after: None,
+                limit: None,
+            })
+            .expect("read patch");
+        out.insert(
+            format!("patch-{id}"),
+            serde_json::to_value(&r).expect("json"),
+        );
+    }
+    out.insert("title".into(), json!(info.title));
+    out.insert("revision".into(), json!(rev));
+    Value::Object(out)
+}
+
+#[test]
+fn export_is_canonical_and_import_answers_every_read_as_the_source() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = root_at(&tmp.path().join("a"));
+    let sid = create(&src, "s");
+    let (invs, patches) = populate(&src, &sid);
+    let one = export(&src, &sid, None);
+    let two = export(&src, &sid, None);
+    assert_eq!(
+        one, two,
+        "the same Session under the same fence gives the same bytes"
+    );
+    assert_eq!(&one[..8], b"LBBUNDL\0");
+    let want = reads(&src, &sid, &invs, &patches);
+
+    let dst = root_at(&tmp.path().join("b"));
+    let r = import(&dst, &one, None, "imp-1").expect("import");
+    assert_eq!(r.session_id, "s");
+    assert_eq!(r.revision, want["revision"].as_u64().expect("rev"));
+    assert_eq!(reads(&dst, "s", &invs, &patches), want);
+    // A repeat of the operation, and the same bundle under the same id by another operation:
+    // the same answer, nothing new.
+    assert_eq!(import(&dst, &one, None, "imp-1").expect("repeat"), r);
+    assert_eq!(import(&dst, &one, None, "imp-2").expect("same bundle"), r);
+    assert_eq!(dst.sessions().expect("sessions").len(), 1);
+    // Exported again from the importing Root: the very same bytes.
+    assert_eq!(export(&dst, "s", None), one);
+    // A fence below the revision gives another bundle, canonical too, and imports as that prefix.
+    let early = export(&src, &sid, Some(3));
+    assert_eq!(early, export(&src, &sid, Some(3)));
+    assert_ne!(early, one);
+    let e = import(&dst, &early, None, "imp-3").expect_err("another Session under id s");
+    assert_eq!(e.kind(), ErrorKind::Conflict);
+    let r3 = import(&dst, &early, Some("s-early"), "imp-3").expect("under another id");
+    assert_eq!(r3.revision, 3);
+    let page = hist(&dst, "s-early", None, None, 100, Direction::Forward);
+    assert_eq!(page.through, 3);
+    // The import survives a reopen, and the Root verifies clean.
+    drop(dst);
+    let dst = root_at(&tmp.path().join("b"));
+    assert_eq!(reads(&dst, "s", &invs, &patches), want);
+    let v = dst.verify().expect("verify");
+    assert!(v.damage.is_empty(), "{v:?}");
+    // The importing Root keeps working: appends after the imported history.
+    append(
+        &dst,
+        "s",
+        "after-import",
+        &json!([{"kind": "stopRequested", "invocation": invs[0]}]).to_string(),
+    )
+    .expect("append after import");
+    // Operations the source used are answered as the source answered them.
+    let e = dst
+        .set_title(SetTitleParams {
+            session_id: "s".into(),
+            operation: "title-1".into(),
+            title: "another".into(),
+        })
+        .expect_err("operation used");
+    assert_eq!(e.kind(), ErrorKind::Conflict);
+}
+
+#[test]
+fn forks_of_forks_export_canonically_and_keep_their_fork_rules() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = root_at(&tmp.path().join("a"));
+    let sid = create(&src, "s");
+    let (invs, _) = populate(&src, &sid);
+    let rev = src.revision(&sid).expect("rev");
+    let f1 = src
+        .fork(ForkParams {
+            session_id: sid.clone(),
+            operation: "fork-1".into(),
+            from: ForkFrom::All,
+            revision: rev,
+        })
+        .expect("fork")
+        .session_id;
+    let f2 = src
+        .fork(ForkParams {
+            session_id: f1.clone(),
+            operation: "fork-2".into(),
+            from: ForkFrom::All,
+            revision: rev,
+        })
+        .expect("fork of fork")
+        .session_id;
+    let b = src
+        .send(p(
+            json!({"sessionId": f2, "operation": "send-f2", "text": "in the fork of the fork"}),
+        ))
+        .expect("send");
+    let one = export(&src, &f2, None);
+    assert_eq!(one, export(&src, &f2, None));
+    let want = reads(&src, &f2, &[invs[0].clone(), b.invocation.clone()], &[]);
+    let dst = root_at(&tmp.path().join("b"));
+    let r = import(&dst, &one, None, "imp").expect("import");
+    assert_eq!(r.session_id, f2);
+    assert_eq!(
+        reads(&dst, &r.session_id, &[invs[0].clone(), b.invocation], &[]),
+        want
+    );
+    // The fork's context was null at its fence (the source's contextPrepared is not the
+    // fork's): the imported Session says so too.
+    assert_eq!(want[format!("context-{rev}")], Value::Null);
+    // The source's history under the same fence: the same events part as the fork's.
+    let plain = export(&src, &sid, Some(rev));
+    assert!(plain.len() > 100 && one.len() > 100);
+}
+
+fn tree(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("list") {
+            let e = e.expect("entry");
+            let path = e.path();
+            let rel = path
+                .strip_prefix(dir)
+                .expect("inside")
+                .display()
+                .to_string();
+            if rel.starts_with("tmp") || rel.starts_with("root-log") || rel.starts_with("catalog") {
+                continue;
+            }
+            out.push(rel);
+            if e.file_type().expect("type").is_dir() {
+                stack.push(path);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn damaged_truncated_foreign_and_newer_bundles_change_nothing() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = root_at(&tmp.path().join("a"));
+    let sid = create(&src, "s");
+    populate(&src, &sid);
+    let good = export(&src, &sid, None);
+    let dst_dir = tmp.path().join("b");
+    let dst = root_at(&dst_dir);
+    create(&dst, "other");
+    let before = tree(&dst_dir);
+    let refuse = |bytes: &[u8], what: &str| {
+        let e = import(&dst, bytes, None, "imp").expect_err(what);
+        assert!(
+            matches!(e.kind(), ErrorKind::Corrupt | ErrorKind::UnsupportedFormat),
+            "{what}: {e}"
+        );
+        assert_eq!(tree(&dst_dir), before, "{what}: files changed");
+        e
+    };
+    // Truncated anywhere.
+    let step = (good.len() / 97).max(1);
+    for cut in (0..good.len()).step_by(step) {
+        refuse(&good[..cut], &format!("cut at {cut}"));
+    }
+    // One bit flipped anywhere.
+    for at in (0..good.len()).step_by(step) {
+        let mut bad = good.clone();
+        bad[at] ^= 0x10;
+        refuse(&bad, &format!("bit at {at}"));
+    }
+    // Foreign bytes, and bytes after the end.
+    let e = refuse(b"{\"kind\":\"userMessage\"}\n", "json");
+    assert!(e.to_string().contains("not a Logbook bundle"), "{e}");
+    let mut longer = good.clone();
+    longer.push(0);
+    refuse(&longer, "trailing byte");
+    // A newer format: unsupported_format naming the version.
+    let mut newer = good.clone();
+    newer[8..12].copy_from_slice(&7u32.to_le_bytes());
+    let e = refuse(&newer, "newer");
+    assert_eq!(e.kind(), ErrorKind::UnsupportedFormat);
+    assert!(e.to_string().contains('7'), "{e}");
+    // After all that, the good bundle imports, and the Root verifies clean.
+    import(&dst, &good, None, "imp-good").expect("good import");
+    let v = dst.verify().expect("verify");
+    assert!(v.damage.is_empty(), "{v:?}");
+}
