@@ -56,6 +56,8 @@ pub const METHODS: &[&str] = &[
     "verify",
     "recoveries",
     "setTitle",
+    "exportSession",
+    "importBundle",
 ];
 
 pub fn is_waiting(method: &str) -> bool {
@@ -223,6 +225,8 @@ pub fn call(
         "gitDiff" => out(host.git_diff(parse(params)?)?),
         "snapshotPatch" => out(host.snapshot_patch(parse(params)?)?),
         "readPatch" => out(root.read_patch(parse(params)?)?),
+        "exportSession" => out(host.export_session(parse(params)?)?),
+        "importBundle" => out(host.import_bundle(parse(params)?)?),
         other => Err(ApiError::invalid(format!(
             "unknown method {other:?}; `logbook serve --help` lists the methods"
         ))),

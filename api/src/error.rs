@@ -79,6 +79,16 @@ impl ApiError {
     pub fn not_found(message: impl Into<String>) -> ApiError {
         ApiError::new(ErrorCode::NotFound, message)
     }
+
+    /// A failed system call on `path`: `not_found`, `permission_denied` or `io`.
+    pub fn from_io(path: &std::path::Path, what: &str, e: std::io::Error) -> ApiError {
+        let code = match e.kind() {
+            std::io::ErrorKind::NotFound => ErrorCode::NotFound,
+            std::io::ErrorKind::PermissionDenied => ErrorCode::PermissionDenied,
+            _ => ErrorCode::Io,
+        };
+        ApiError::new(code, format!("{what} {}: {e}", path.display()))
+    }
 }
 
 impl fmt::Display for ApiError {

@@ -360,6 +360,94 @@ impl Host {
     }
 }
 
+impl Host {
+    /// Writes a Session's bundle to `p.path`, a new file: written under a temporary name
+    /// beside it, synced, then linked to its name (which fails, changing nothing, when the
+    /// name exists) and the directory synced.
+    pub fn export_session(
+        &self,
+        p: ExportSessionWire,
+    ) -> Result<logbook_engine::ExportResult, ApiError> {
+        let path = absolute("path", &p.path)?;
+        if path.symlink_metadata().is_ok() {
+            return Err(exists(&path));
+        }
+        let dir = path.parent().unwrap_or(Path::new("/"));
+        let tmp = dir.join(format!(
+            ".{}.partial-{}",
+            path.file_name()
+                .map_or("bundle".into(), |n| n.to_string_lossy()),
+            std::process::id()
+        ));
+        let io = |what: &str, e: std::io::Error| ApiError::from_io(&tmp, what, e);
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)
+            .map_err(|e| io("create", e))?;
+        let written = (|| {
+            let params = logbook_engine::ExportSessionParams {
+                session_id: p.session_id,
+                through: p.through,
+            };
+            let mut out = std::io::BufWriter::with_capacity(1 << 20, &mut file);
+            let r = self.root.export_session(&params, &mut out)?;
+            std::io::Write::flush(&mut out).map_err(|e| io("write", e))?;
+            drop(out);
+            file.sync_all().map_err(|e| io("sync", e))?;
+            match std::fs::hard_link(&tmp, &path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    return Err(exists(&path))
+                }
+                Err(e) => return Err(ApiError::from_io(&path, "link into place", e)),
+            }
+            Ok(r)
+        })();
+        let _ = std::fs::remove_file(&tmp);
+        let r = written?;
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| ApiError::from_io(dir, "sync directory", e))?;
+        Ok(r)
+    }
+
+    /// Publishes the bundle at `p.path` as a Session of the Root.
+    pub fn import_bundle(
+        &self,
+        p: ImportBundleWire,
+    ) -> Result<logbook_engine::ImportResult, ApiError> {
+        let path = absolute("path", &p.path)?;
+        let mut file =
+            std::fs::File::open(&path).map_err(|e| ApiError::from_io(&path, "open", e))?;
+        let params = logbook_engine::ImportBundleParams {
+            session_id: p.session_id,
+            operation: p.operation,
+        };
+        Ok(self.root.import_bundle(&params, &mut file, &path)?)
+    }
+}
+
+fn absolute(what: &str, p: &str) -> Result<PathBuf, ApiError> {
+    let path = PathBuf::from(p);
+    if !path.is_absolute() {
+        return Err(ApiError::invalid(format!(
+            "{what} must be an absolute path on the serving machine, got {p:?}"
+        )));
+    }
+    Ok(path)
+}
+
+fn exists(path: &Path) -> ApiError {
+    ApiError::new(
+        ErrorCode::Conflict,
+        format!(
+            "{} exists; a bundle is written to a new file only",
+            path.display()
+        ),
+    )
+}
+
 fn rel_path(path: Option<&WirePath>) -> Result<RelPath, ApiError> {
     match path {
         None => Ok(RelPath::root()),

@@ -371,6 +371,12 @@ pub fn run(
         bar.inc(1);
         bar.suspend(|| match &outcome {
             Ok(report) if json_out => println!("{report}"),
+            Ok(report) if report["format"] == "bundle" => println!(
+                "{}: bundle -> session {}, revision {}",
+                file.display(),
+                report["sessionId"].as_str().unwrap_or(""),
+                report["revision"]
+            ),
             Ok(report) => {
                 println!(
                     "{}: {} transcript -> session {}, {} events, {} line(s) skipped",
@@ -412,8 +418,43 @@ pub fn run(
     }
 }
 
-/// Imports one transcript file into its own Session; returns the report line.
+/// Whether `file` starts with a bundle's magic bytes.
+fn is_bundle(file: &Path) -> Result<bool, ApiError> {
+    use std::io::Read as _;
+    let mut head = [0u8; 8];
+    let mut f = std::fs::File::open(file).map_err(|e| ApiError::from_io(file, "open", e))?;
+    let mut n = 0;
+    while n < head.len() {
+        match f.read(&mut head[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(ApiError::from_io(file, "read", e)),
+        }
+    }
+    Ok(n == head.len() && head == logbook_engine::BUNDLE_MAGIC)
+}
+
+/// Imports one transcript file (or bundle) into its own Session; returns the report line.
 fn import_one(host: &Host, file: &Path, workspace: Option<&Path>) -> Result<Value, ApiError> {
+    if is_bundle(file)? {
+        let path = std::path::absolute(file).map_err(|e| ApiError::from_io(file, "resolve", e))?;
+        // The same bundle under the id it already made answers that Session again, so a
+        // fresh operation per run is safe to repeat.
+        let op = format!(
+            "import-bundle-{}-{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_nanos()
+        );
+        let r = call(host, "importBundle", json!({"path": path, "operation": op}))?;
+        return Ok(
+            json!({"file": file, "format": "bundle", "sessionId": r["sessionId"],
+            "revision": r["revision"]}),
+        );
+    }
     let text = std::fs::read(file)
         .map_err(|e| ApiError::new(ErrorCode::Io, format!("reading {}: {e}", file.display())))?;
     let text = String::from_utf8_lossy(&text);

@@ -217,6 +217,27 @@ pub struct SnapshotPatchParams {
     pub operation: String,
 }
 
+/// `exportSession`: the engine's parameters and the file to write, absolute, on the serving
+/// machine (made new: an existing file is `conflict`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ExportSessionWire {
+    pub session_id: String,
+    #[serde(default)]
+    pub through: Option<u64>,
+    pub path: String,
+}
+
+/// `importBundle`: the bundle file, absolute, on the serving machine.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ImportBundleWire {
+    pub path: String,
+    #[serde(default)]
+    pub session_id: Option<String>,
+    pub operation: String,
+}
+
 /// The error object of an answer line.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
 pub struct WireError {

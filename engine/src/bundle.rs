@@ -371,7 +371,7 @@ impl Root {
             }
         };
         let spool = spool_file(&sh.dir.join("tmp"))?;
-        let parts = write_parts(sh, &s, through, &spool)?;
+        let parts = write_parts(sh, &s, &p.session_id, through, &spool)?;
         let manifest = Manifest {
             session_id: p.session_id.clone(),
             workspace,
@@ -426,6 +426,7 @@ fn encode_head(m: &Manifest) -> Vec<u8> {
 fn write_parts(
     sh: &Shared,
     s: &Session,
+    id: &str,
     through: u64,
     spool: &File,
 ) -> Result<Vec<PartInfo>, EngineError> {
@@ -435,12 +436,19 @@ fn write_parts(
 
     let mut blobs = BTreeSet::new();
     let mut pw = PartWriter::new(EVENTS, &mut w).map_err(io)?;
+    let mut task = sh.options.progress.task(
+        || format!("exporting Session {id}"),
+        through,
+        crate::progress::ProgressUnit::Events,
+    );
     s.for_each_event_payload(1, through, &mut |q, payload| {
+        task.advance(q);
         named_blobs(payload, &mut blobs)
             .map_err(|why| EngineError::corrupt(s.log().dir(), format!("event {q}: {why}")))?;
         pw.framed(payload).map_err(io)
     })?;
     parts.push(pw.finish().map_err(io)?.0);
+    drop(task);
 
     let mut patches = BTreeSet::new();
     let mut pw = PartWriter::new(RECEIPTS, &mut w).map_err(io)?;
@@ -499,7 +507,10 @@ fn write_parts(
 // Reading
 
 fn corrupt(name: &Path, why: impl std::fmt::Display) -> EngineError {
-    EngineError::corrupt(name, format!("bundle: {why}"))
+    EngineError::CorruptInput {
+        path: name.to_owned(),
+        reason: why.to_string(),
+    }
 }
 
 /// Reads and checks the header and manifest; returns the manifest and its checksum (which
@@ -720,13 +731,13 @@ impl<'r, R: BufRead> PartReader<'r, R> {
         Ok(payload)
     }
 
-    /// The next entry of a file part: writes its bytes to `to` (after `header`), checks they
-    /// hash to the entry's digest, and returns the digest.
+    /// The next entry of a file part: writes its bytes to `f` (`to` names it in errors),
+    /// checks they hash to the entry's digest, and returns the digest.
     fn file(
         &mut self,
         last: Option<[u8; 32]>,
+        f: &mut dyn Write,
         to: &Path,
-        header: &[u8],
     ) -> Result<[u8; 32], EngineError> {
         let mut d = [0u8; 32];
         self.exact(&mut d)?;
@@ -739,9 +750,6 @@ impl<'r, R: BufRead> PartReader<'r, R> {
         if len > self.info.raw {
             return Err(self.err(format!("an entry of {len} bytes")));
         }
-        let mut f = File::create(to).map_err(|e| EngineError::io(to, "create", e))?;
-        f.write_all(header)
-            .map_err(|e| EngineError::io(to, "write", e))?;
         let mut check = Sha256::new();
         let mut left = len;
         while left > 0 {
@@ -765,7 +773,6 @@ impl<'r, R: BufRead> PartReader<'r, R> {
                 digest_name(&d)
             )));
         }
-        f.sync_all().map_err(|e| EngineError::io(to, "sync", e))?;
         self.read += 1;
         Ok(d)
     }
@@ -881,22 +888,25 @@ impl Root {
         let (m, key) = read_manifest(&mut input, name)?;
         let id = p.session_id.clone().unwrap_or_else(|| m.session_id.clone());
         let params = records::params_digest("importBundle", &(&p.session_id, key));
-        {
+        let earlier = 'decide: {
             let mut reg = lock(&sh.registry);
             loop {
                 if let Some((digest, made)) = reg.receipts.get(&p.operation) {
                     let made = made.clone();
-                    let revision = reg.sessions.get(&made).and_then(|e| e.import.as_ref());
-                    return match revision {
-                        Some(i) if *digest == params => Ok(ImportResult {
-                            session_id: made,
-                            revision: i.revision,
-                        }),
-                        _ => Err(EngineError::conflict(format!(
-                            "operation {:?} already made Session {made} from other parameters; use a new operation",
-                            p.operation
-                        ))),
-                    };
+                    match reg.sessions.get(&made).and_then(|e| e.import.as_ref()) {
+                        Some(i) if *digest == params => {
+                            break 'decide Some(ImportResult {
+                                session_id: made,
+                                revision: i.revision,
+                            })
+                        }
+                        _ => {
+                            return Err(EngineError::conflict(format!(
+                                "operation {:?} already made Session {made} from other parameters; use a new operation",
+                                p.operation
+                            )))
+                        }
+                    }
                 }
                 if !reg.creating.contains(&p.operation) {
                     break;
@@ -907,15 +917,19 @@ impl Root {
                     .unwrap_or_else(|p| p.into_inner());
             }
             if let Some(e) = reg.sessions.get(&id) {
-                return match &e.import {
-                    Some(i) if i.bundle == key => Ok(ImportResult {
-                        session_id: id,
-                        revision: i.revision,
-                    }),
-                    _ => Err(EngineError::conflict(format!(
-                        "Session {id} already exists and was not made from this bundle; import it under another sessionId"
-                    ))),
-                };
+                match &e.import {
+                    Some(i) if i.bundle == key => {
+                        break 'decide Some(ImportResult {
+                            session_id: id.clone(),
+                            revision: i.revision,
+                        })
+                    }
+                    _ => {
+                        return Err(EngineError::conflict(format!(
+                            "Session {id} already exists and was not made from this bundle; import it under another sessionId"
+                        )))
+                    }
+                }
             }
             if reg.reserved.contains(&id) {
                 return Err(EngineError::conflict(format!(
@@ -924,9 +938,25 @@ impl Root {
             }
             reg.reserved.insert(id.clone());
             reg.creating.insert(p.operation.clone());
+            None
+        };
+        if let Some(answer) = earlier {
+            // The same bundle again: nothing changes, but a damaged copy of it is still
+            // refused, as it would be anywhere else.
+            check_parts(&m, &mut input, name)?;
+            return Ok(answer);
         }
         let staging = import_staging_dir(&sh.dir, &id);
-        let built = build(sh, &m, &mut input, name, &id, &staging);
+        // Damage the staged Session's own checks find (its replay) is the bundle's.
+        let built = build(sh, &m, &mut input, name, &id, &staging).map_err(|e| match e {
+            EngineError::Corrupt { reason, .. } => corrupt(name, reason),
+            e if e.kind() == crate::ErrorKind::Corrupt
+                && !matches!(e, EngineError::CorruptInput { .. }) =>
+            {
+                corrupt(name, e)
+            }
+            e => e,
+        });
         let committed = built.and_then(|()| {
             let record = ImportRecord {
                 session_id: id.clone(),
@@ -982,6 +1012,31 @@ impl Root {
     }
 }
 
+/// Reads every part after the manifest and checks it (lengths, digests, entry counts, the
+/// end of the file), keeping nothing.
+fn check_parts(m: &Manifest, input: &mut impl BufRead, name: &Path) -> Result<(), EngineError> {
+    for info in &m.parts {
+        let mut part = PartReader::new(input, info, name)?;
+        let mut last = None;
+        while part.remaining() > 0 {
+            if info.kind == ATTACHMENTS || info.kind == PATCHES {
+                last = Some(part.file(last, &mut std::io::sink(), name)?);
+            } else {
+                part.framed()?;
+            }
+        }
+        part.finish()?;
+    }
+    if !input
+        .fill_buf()
+        .map_err(|e| EngineError::io(name, "read", e))?
+        .is_empty()
+    {
+        return Err(corrupt(name, "bytes follow the last part"));
+    }
+    Ok(())
+}
+
 /// Builds the imported Session under `staging` from the parts that follow the manifest, and
 /// publishes its blobs and patches; nothing outside `staging` changes before every part
 /// checked out.
@@ -1011,7 +1066,13 @@ fn build(
     // Events: dense from 1, `sessionCreated` first, each one as an append would accept it.
     let mut named = BTreeSet::new();
     let mut part = PartReader::new(input, &m.parts[0], name)?;
+    let mut task = sh.options.progress.task(
+        || format!("importing Session {id}"),
+        m.revision,
+        crate::progress::ProgressUnit::Events,
+    );
     for q in 1..=m.revision {
+        task.advance(q);
         let payload = part.framed()?;
         let event = match postcard::take_from_bytes::<EventRecord>(&payload) {
             Ok((r, [])) if r.sequence == q => r.event,
@@ -1038,6 +1099,7 @@ fn build(
         }
     }
     part.finish()?;
+    drop(task);
 
     // Receipts: of mutations inside the history, each operation once.
     let mut part = PartReader::new(input, &m.parts[1], name)?;
@@ -1098,7 +1160,11 @@ fn build(
         let mut last = None;
         while part.remaining() > 0 {
             let to = incoming.join(format!("{prefix}{}", files.len()));
-            let d = part.file(last, &to, &header)?;
+            let mut f = File::create(&to).map_err(|e| EngineError::io(&to, "create", e))?;
+            f.write_all(&header)
+                .map_err(|e| EngineError::io(&to, "write", e))?;
+            let d = part.file(last, &mut f, &to)?;
+            f.sync_all().map_err(|e| EngineError::io(&to, "sync", e))?;
             last = Some(d);
             files.push((kind, d, to));
         }

@@ -69,6 +69,9 @@ pub enum EngineError {
     NotEmpty { path: PathBuf },
     /// Stored bytes are damaged.
     Corrupt { path: PathBuf, reason: String },
+    /// A file given to be read in (a bundle) is damaged, truncated or not of its kind;
+    /// nothing was changed.
+    CorruptInput { path: PathBuf, reason: String },
     /// The operating system refused access.
     PermissionDenied {
         path: PathBuf,
@@ -97,7 +100,7 @@ impl EngineError {
             EngineError::Busy { .. } => ErrorKind::Busy,
             EngineError::Unsupported { .. } => ErrorKind::Unsupported,
             EngineError::UnsupportedFormat { .. } => ErrorKind::UnsupportedFormat,
-            EngineError::Corrupt { .. } => ErrorKind::Corrupt,
+            EngineError::Corrupt { .. } | EngineError::CorruptInput { .. } => ErrorKind::Corrupt,
             EngineError::PermissionDenied { .. } => ErrorKind::PermissionDenied,
             EngineError::Io { .. } => ErrorKind::Io,
             EngineError::Log(e) => map_log_kind(e.kind()),
@@ -228,6 +231,9 @@ impl fmt::Display for EngineError {
                 "{} exists and is not empty; init needs an absent or empty directory (nothing was touched)",
                 path.display()
             ),
+            EngineError::CorruptInput { path, reason } => {
+                write!(f, "{} is not a sound bundle: {reason}; nothing was imported", path.display())
+            }
             EngineError::Corrupt { path, reason } => {
                 write!(f, "damaged data in {}: {reason}; run verify and restore from a copy", path.display())
             }

@@ -13,6 +13,8 @@ pub enum ProgressUnit {
     Bytes,
     /// Rows of history.
     Rows,
+    /// Events of one Session (a bundle's export or import).
+    Events,
     /// Whole Sessions (each may take long: a bar over a few is still worth showing).
     Sessions,
 }

@@ -383,7 +383,17 @@ fn damaged_truncated_foreign_and_newer_bundles_change_nothing() {
     assert_eq!(e.kind(), ErrorKind::UnsupportedFormat);
     assert!(e.to_string().contains('7'), "{e}");
     // After all that, the good bundle imports, and the Root verifies clean.
-    import(&dst, &good, None, "imp-good").expect("good import");
+    let first = import(&dst, &good, None, "imp-good").expect("good import");
+    // The same bundle again answers the same; a damaged copy of it is still refused.
+    assert_eq!(
+        import(&dst, &good, None, "imp-again").expect("again"),
+        first
+    );
+    let mut bad = good.clone();
+    let n = bad.len();
+    bad[n - 2] ^= 1;
+    let e = import(&dst, &bad, None, "imp-bad").expect_err("damaged copy");
+    assert_eq!(e.kind(), ErrorKind::Corrupt, "{e}");
     let v = dst.verify().expect("verify");
     assert!(v.damage.is_empty(), "{v:?}");
 }

@@ -212,7 +212,20 @@ enum Command {
     /// Serve the JSON-lines protocol on standard input and output.
     #[command(long_about = logbook_api::dispatch::serve_help())]
     Serve,
-    /// Import agent transcripts (JSONL) into new Sessions.
+    /// Write a Session as a bundle: one file that carries it whole to another Root
+    /// (`logbook import FILE` there brings it back).
+    Export {
+        /// The Session id.
+        session: String,
+        /// The file to write (made new; an existing file is refused). Standard output when
+        /// absent, unless that is a terminal.
+        #[arg(short = 'o', long)]
+        output: Option<PathBuf>,
+        /// The fence: events 1 to THROUGH (the current revision when absent).
+        #[arg(long)]
+        through: Option<u64>,
+    },
+    /// Import agent transcripts (JSONL) or Logbook bundles into new Sessions.
     Import {
         files: Vec<PathBuf>,
         /// The workspace to give the imported Sessions.
@@ -817,6 +830,53 @@ fn run_command(ctx: &Ctx, command: Command) -> Result<(), ApiError> {
                     logbook_api::ErrorCode::Corrupt,
                     "verify found damage (listed above)",
                 ));
+            }
+        }
+        Command::Export {
+            session,
+            output,
+            through,
+        } => {
+            match output {
+                Some(file) => {
+                    let file = std::path::absolute(&file).map_err(|e| {
+                        ApiError::invalid(format!("output {}: {e}", file.display()))
+                    })?;
+                    let r = ctx.call(
+                        "exportSession",
+                        json!({"sessionId": session, "through": through, "path": file}),
+                    )?;
+                    ctx.print(&r, |r| {
+                        println!(
+                            "wrote Session {session} to {} ({} bytes, {})",
+                            show::printable(&file.display().to_string(), false),
+                            r["bytes"],
+                            r["digest"].as_str().unwrap_or("")
+                        )
+                    });
+                }
+                None => {
+                    use std::io::IsTerminal as _;
+                    let stdout = io::stdout();
+                    if stdout.is_terminal() {
+                        return Err(ApiError::invalid(
+                            "standard output is a terminal: name a file with -o FILE, or redirect it",
+                        ));
+                    }
+                    let params = logbook_engine::ExportSessionParams {
+                        session_id: session,
+                        through,
+                    };
+                    let mut out = io::BufWriter::with_capacity(1 << 20, stdout.lock());
+                    let r = ctx.host.root().export_session(&params, &mut out)?;
+                    io::Write::flush(&mut out).map_err(|e| {
+                        ApiError::new(ErrorCode::Io, format!("writing standard output: {e}"))
+                    })?;
+                    if ctx.json {
+                        // The bundle is on standard output: the answer goes to standard error.
+                        eprintln!("{}", serde_json::to_value(r)?);
+                    }
+                }
             }
         }
         Command::Import { files, workspace } => {

@@ -32,6 +32,7 @@ impl Progress for Bars {
                 "{msg} [{bar:30}] {bytes}/{total_bytes} ({eta})",
             ),
             ProgressUnit::Rows => (BAR_ROWS_MIN, "{msg} [{bar:30}] {pos}/{len} rows ({eta})"),
+            ProgressUnit::Events => (BAR_ROWS_MIN, "{msg} [{bar:30}] {pos}/{len} events ({eta})"),
             ProgressUnit::Sessions => (1, "{spinner} {msg} [{bar:30}] {pos}/{len} ({elapsed})"),
         };
         let bar = (total >= min).then(|| {
