@@ -591,6 +591,10 @@ fn read_manifest(input: &mut dyn Read, name: &Path) -> Result<(Manifest, [u8; 32
     }
     validate_session_id(&m.session_id)
         .map_err(|e| corrupt(name, format!("the manifest's session id: {e}")))?;
+    if let Some(w) = &m.workspace {
+        crate::root::validate_workspace(w)
+            .map_err(|e| corrupt(name, format!("the manifest's workspace: {e}")))?;
+    }
     Ok((m, key))
 }
 
@@ -725,8 +729,16 @@ impl<'r, R: BufRead> PartReader<'r, R> {
         if len > ENTRY_BYTES_MAX || len > self.info.raw {
             return Err(self.err(format!("an entry of {len} bytes")));
         }
-        let mut payload = vec![0u8; len as usize];
-        self.exact(&mut payload)?;
+        // Grown as bytes arrive: a manifest that claims a long entry costs no memory until
+        // the bytes are really there.
+        let mut payload = Vec::new();
+        let got = (&mut self.r)
+            .take(len)
+            .read_to_end(&mut payload)
+            .map_err(|e| self.io(e))?;
+        if got as u64 != len {
+            return Err(self.err("it ends early (the file is truncated)"));
+        }
         self.read += 1;
         Ok(payload)
     }
@@ -1065,6 +1077,7 @@ fn build(
 
     // Events: dense from 1, `sessionCreated` first, each one as an append would accept it.
     let mut named = BTreeSet::new();
+    let mut state = crate::state::State::default();
     let mut part = PartReader::new(input, &m.parts[0], name)?;
     let mut task = sh.options.progress.task(
         || format!("importing Session {id}"),
@@ -1080,10 +1093,18 @@ fn build(
             _ => return Err(part.err(format!("event {q} does not decode"))),
         };
         match (&event, q) {
-            (Event::SessionCreated(_), 1) => {}
+            (Event::SessionCreated(c), 1) if c.workspace == m.workspace => {}
+            (Event::SessionCreated(_), 1) => {
+                return Err(part.err("sessionCreated names another workspace than the manifest"))
+            }
             (_, 1) => return Err(part.err("the first event is not sessionCreated")),
-            (e, _) => validate_event(0, e).map_err(|e| part.err(format!("event {q}: {e}")))?,
+            (e, _) => {
+                validate_event(0, e).map_err(|e| part.err(format!("event {q}: {e}")))?;
+                crate::root::check_batch(&state, &[e])
+                    .map_err(|e| part.err(format!("event {q}: {e}")))?;
+            }
         }
+        state.apply(q, &event);
         event_blobs(&event, &mut named).map_err(|why| part.err(format!("event {q}: {why}")))?;
         staged.push(records::KIND_EVENT, payload)?;
         if m.reset == Some(q) {

@@ -38,7 +38,7 @@ impl std::fmt::Debug for Root {
     }
 }
 
-fn validate_workspace(w: &str) -> Result<(), EngineError> {
+pub(crate) fn validate_workspace(w: &str) -> Result<(), EngineError> {
     if !w.starts_with('/') || w.contains('\0') || w.len() > WORKSPACE_BYTES_MAX {
         return Err(EngineError::invalid(format!(
             "workspace {w:?} must be an absolute path (starting with '/') of at most {WORKSPACE_BYTES_MAX} bytes without NUL"
@@ -48,7 +48,7 @@ fn validate_workspace(w: &str) -> Result<(), EngineError> {
 }
 
 /// Semantic checks of a batch against the state: ids that must be new or known.
-fn check_batch(state: &State, events: &[&Event]) -> Result<(), EngineError> {
+pub(crate) fn check_batch(state: &State, events: &[&Event]) -> Result<(), EngineError> {
     let mut new_invocations = HashSet::new();
     let mut new_interactions = HashSet::new();
     let mut resolved = HashSet::new();

@@ -199,6 +199,26 @@ fn reads(root: &Root, sid: &str, invocations: &[String], patches: &[String]) -> 
             serde_json::to_value(&r).expect("json"),
         );
     }
+    // Root-wide search, scoped to this Session, every page (cursors are bound to the Root
+    // that answered: only the hits are compared).
+    for q in ["tombstone", "TITLE"] {
+        let mut hits = Vec::new();
+        let mut after: Option<String> = None;
+        loop {
+            let page = root
+                .search_root(p(
+                    json!({"query": q, "scope": {"sessionIds": [sid]}, "after": after, "limit": 256}),
+                ))
+                .expect("searchRoot");
+            hits.push(serde_json::to_value(&page.hits).expect("json"));
+            assert!(hits.len() < 10_000, "searchRoot pages never end: {page:?}");
+            match page.next_after {
+                Some(a) => after = Some(a),
+                None => break,
+            }
+        }
+        out.insert(format!("searchRoot-{q}"), Value::Array(hits));
+    }
     out.insert("title".into(), json!(info.title));
     out.insert("revision".into(), json!(rev));
     Value::Object(out)
@@ -396,4 +416,262 @@ fn damaged_truncated_foreign_and_newer_bundles_change_nothing() {
     assert_eq!(e.kind(), ErrorKind::Corrupt, "{e}");
     let v = dst.verify().expect("verify");
     assert!(v.damage.is_empty(), "{v:?}");
+}
+
+/// A small deterministic generator (xorshift64*), so a failure names its seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+    fn text(&mut self, len: usize) -> String {
+        const WORDS: [&str; 8] = [
+            "tombstone",
+            "Émile",
+            "ĳssel",
+            "error",
+            "the",
+            "ok\n",
+            "日本語",
+            "x",
+        ];
+        let mut s = String::new();
+        while s.len() < len {
+            s.push_str(WORDS[self.below(WORDS.len() as u64) as usize]);
+            s.push(' ');
+        }
+        s
+    }
+}
+
+/// One Turn of random shape: a send (maybe with attachments), a model step with text and
+/// tool calls (arguments not always JSON, some internal), their results, maybe a prepared
+/// context and an interaction, then the settle.
+fn random_turn(root: &Root, sid: &str, rng: &mut Rng, n: u64, huge: bool) -> String {
+    let attachments: Vec<Value> = (0..rng.below(3))
+        .map(|i| {
+            let bytes: Vec<u8> = (0..rng.below(3000)).map(|_| rng.next() as u8).collect();
+            use base64::Engine as _;
+            json!({"name": format!("f{i}"), "mimeType": "application/octet-stream",
+                   "dataBase64": base64::engine::general_purpose::STANDARD.encode(bytes)})
+        })
+        .collect();
+    let len = rng.below(200) as usize;
+    let text = rng.text(len);
+    let s = root
+        .send(p(
+            json!({"sessionId": sid, "operation": format!("send-{n}"), "text": text,
+            "attachments": attachments}),
+        ))
+        .expect("send");
+    let inv = s.invocation;
+    let calls = rng.below(3);
+    let mut items = vec![json!({"kind": "assistant", "body": rng.text(50), "thinking": null})];
+    for c in 0..calls {
+        let args = if rng.below(2) == 0 {
+            "{\"a\": [1, 2.50]}".to_owned()
+        } else {
+            "not json {".to_owned()
+        };
+        items.push(
+            json!({"kind": "toolCall", "id": format!("c{n}-{c}"), "name": "tool",
+            "arguments": args, "internal": rng.below(4) == 0}),
+        );
+    }
+    append(
+        root,
+        sid,
+        &format!("model-{n}"),
+        &json!([{"kind": "modelCompletion", "invocation": inv, "model": "m", "items": items}])
+            .to_string(),
+    )
+    .expect("model");
+    let mut results = Vec::new();
+    for c in 0..calls {
+        let body = if huge && c == 0 {
+            format!("{} tombstone at the end", "x".repeat(3 << 20))
+        } else {
+            {
+                let len = rng.below(500) as usize;
+                rng.text(len)
+            }
+        };
+        let v: Value =
+            serde_json::from_str(&tool_result(&inv, &format!("c{n}-{c}"), &body)).expect("tr");
+        results.push(v);
+    }
+    if !results.is_empty() {
+        append(
+            root,
+            sid,
+            &format!("tools-{n}"),
+            &Value::Array(results).to_string(),
+        )
+        .expect("tools");
+    }
+    let mut tail = Vec::new();
+    if rng.below(2) == 0 {
+        tail.push(
+            json!({"kind": "contextPrepared", "invocation": inv, "groups": [], "tools": [],
+            "providerUsage": {"n": n}}),
+        );
+    }
+    if rng.below(3) == 0 {
+        tail.push(
+            json!({"kind": "interactionRequested", "interactionId": format!("q{n}"),
+            "invocation": inv, "prompt": rng.text(20), "options": null}),
+        );
+    }
+    tail.push(json!({"kind": "turnSettled", "invocation": inv, "outcome": "completed"}));
+    append(
+        root,
+        sid,
+        &format!("settle-{n}"),
+        &Value::Array(tail).to_string(),
+    )
+    .expect("settle");
+    if rng.below(3) == 0 {
+        root.set_title(SetTitleParams {
+            session_id: sid.into(),
+            operation: format!("title-{n}"),
+            title: format!("title {n}"),
+        })
+        .expect("title");
+    }
+    inv
+}
+
+#[test]
+fn random_sessions_and_forks_round_trip_exactly() {
+    let seed: u64 = std::env::var("BUNDLE_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x5eed);
+    let mut rng = Rng(seed | 1);
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = root_at(&tmp.path().join("a"));
+    let mut sessions: Vec<(String, Vec<String>, Vec<String>)> = Vec::new();
+    let mut n = 0;
+    for k in 0..6 {
+        // A new Session, or a fork of one made so far (forks of forks too).
+        let sid = if k > 0 && rng.below(2) == 0 {
+            let (from, mut invs, patches) =
+                sessions[rng.below(sessions.len() as u64) as usize].clone();
+            let rev = src.revision(&from).expect("rev");
+            let f = src
+                .fork(ForkParams {
+                    session_id: from,
+                    operation: format!("fork-{k}"),
+                    // The whole history, or through one of its settled Turns.
+                    from: match rng.below(2) {
+                        0 if !invs.is_empty() => {
+                            // The Turns after it are not in the fork.
+                            invs.truncate(rng.below(invs.len() as u64) as usize + 1);
+                            ForkFrom::Turn {
+                                invocation: invs[invs.len() - 1].clone(),
+                            }
+                        }
+                        _ => ForkFrom::All,
+                    },
+                    revision: rev,
+                })
+                .expect("fork")
+                .session_id;
+            sessions.push((f.clone(), invs, patches));
+            f
+        } else {
+            let sid = create(&src, &format!("s{k}"));
+            sessions.push((sid.clone(), Vec::new(), Vec::new()));
+            sid
+        };
+        for _ in 0..1 + rng.below(4) {
+            n += 1;
+            let inv = random_turn(&src, &sid, &mut rng, n, n == 3);
+            let last = sessions.len() - 1;
+            sessions[last].1.push(inv.clone());
+            if rng.below(3) == 0 {
+                let patch = src
+                    .store_patch(&sid, &format!("patch-{n}"), rng.text(100).into_bytes())
+                    .expect("patch");
+                sessions[last].2.push(patch.patch_id);
+            }
+            if rng.below(3) == 0 {
+                src.record_diagnostic(p(json!({"sessionId": sid, "operation": format!("diag-{n}"),
+                    "kind": "execution", "invocation": inv, "cause": {"code": "x.y", "message": "m"}})))
+                    .expect("diag");
+            }
+        }
+    }
+    let dst = root_at(&tmp.path().join("b"));
+    for (sid, invs, patches) in &sessions {
+        // Patches of a fork's source are not the fork's: readPatch answers only its own.
+        let own: Vec<String> = patches
+            .iter()
+            .filter(|id| {
+                src.read_patch(ReadPatchParams {
+                    session_id: sid.clone(),
+                    patch_id: (*id).clone(),
+                    after: None,
+                    limit: None,
+                })
+                .is_ok()
+            })
+            .cloned()
+            .collect();
+        let bundle = export(&src, sid, None);
+        assert_eq!(
+            bundle,
+            export(&src, sid, None),
+            "seed {seed}: {sid} canonical"
+        );
+        let want = reads(&src, sid, invs, &own);
+        import(&dst, &bundle, None, &format!("imp-{sid}")).expect("import");
+        assert_eq!(reads(&dst, sid, invs, &own), want, "seed {seed}: {sid}");
+    }
+    let v = dst.verify().expect("verify");
+    assert!(v.damage.is_empty(), "{v:?}");
+}
+
+#[test]
+fn deep_json_goes_through_a_bundle_on_a_small_stack() {
+    const DEPTH: usize = 100_000;
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = std::sync::Arc::new(root_at(&tmp.path().join("a")));
+    let sid = create(&src, "deep");
+    let raw = format!(
+        "{}{}{}",
+        "[{\"k\":".repeat(DEPTH / 2),
+        "1.250e+01",
+        "}]".repeat(DEPTH / 2)
+    );
+    let body = "deep";
+    let request = format!(
+        r#"{{"sessionId":"{sid}","operation":"deep-1","events":[{{"kind":"toolResult","invocation":"i","toolCallId":"c",
+        "status":"ok","body":"{body}","raw":{raw},"parts":[],"bytes":4,"digest":"{}"}}]}}"#,
+        validate::sha256_digest(body.as_bytes())
+    );
+    let dst_dir = tmp.path().join("b");
+    std::thread::Builder::new()
+        .stack_size(2 << 20)
+        .spawn(move || {
+            let params: AppendParams = serde_json::from_str(&request).expect("deep request");
+            src.append(params).expect("append");
+            let bundle = export(&src, "deep", None);
+            let dst = root_at(&dst_dir);
+            import(&dst, &bundle, None, "imp").expect("import");
+            let Event::ToolResult(t) = dst.read_event("deep", 2).expect("read") else {
+                panic!("kind")
+            };
+            assert_eq!(t.raw.get(), raw);
+        })
+        .expect("spawn")
+        .join()
+        .expect("no stack overflow");
 }
