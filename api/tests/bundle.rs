@@ -164,3 +164,68 @@ fn the_command_line_exports_to_a_file_or_standard_output_and_imports_by_magic() 
     let v: Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(v["sessions"].as_array().unwrap().len(), 1, "{v}");
 }
+
+/// `logbook import` killed (SIGKILL) before its commit leaves no Session and, after the next
+/// open, no staging directory; killed after it, the Session is there whole on the next open.
+#[test]
+fn an_import_killed_before_or_after_its_commit_leaves_nothing_or_the_whole_session() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ra = tmp.path().join("a");
+    let host = Host::open_or_init(&ra).unwrap();
+    filled(&host);
+    let want = call(&host, "history", json!({"sessionId": "s"})).unwrap();
+    drop(host);
+    let file = tmp.path().join("s.lbb");
+    assert!(logbook(&ra, &["export", "s", "-o", file.to_str().unwrap()])
+        .status
+        .success());
+    for (point, whole) in [("import-built", false), ("import-committed", true)] {
+        let rb = tmp.path().join(point);
+        drop(Host::open_or_init(&rb).unwrap());
+        let mut child = Command::new(common::bin())
+            .arg("--root")
+            .arg(&rb)
+            .args(["import", file.to_str().unwrap()])
+            .env("LOGBOOK_PAUSE_AT", point)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let flag = rb.join("tmp").join(format!("paused-{point}"));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !flag.exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{point}: never paused"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let host = Host::open(&rb).unwrap();
+        let sessions = call(&host, "sessions", json!({})).unwrap();
+        let n = sessions["sessions"].as_array().unwrap().len();
+        if whole {
+            assert_eq!(n, 1, "{point}: {sessions}");
+            assert_eq!(
+                call(&host, "history", json!({"sessionId": "s"})).unwrap(),
+                want
+            );
+        } else {
+            assert_eq!(n, 0, "{point}: {sessions}");
+        }
+        let left: Vec<_> = std::fs::read_dir(rb.join("sessions"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with('.'))
+            .collect();
+        assert!(left.is_empty(), "{point}: {left:?}");
+        let v = call(&host, "verify", json!({})).unwrap();
+        assert_eq!(v["damage"], json!([]), "{point}: {v}");
+        // And the import can be run again: the same answer, or the first whole import.
+        drop(host);
+        let o = logbook(&rb, &["import", file.to_str().unwrap()]);
+        assert!(o.status.success(), "{point}: {o:?}");
+    }
+}

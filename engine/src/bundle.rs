@@ -959,6 +959,16 @@ impl Root {
             return Ok(answer);
         }
         let staging = import_staging_dir(&sh.dir, &id);
+        // From here a crash may leave a staging directory: the next open must look for it,
+        // so the catalog snapshot (which says "closed cleanly, nothing to look for") goes.
+        if let Err(e) = sh.snapshot.before_change() {
+            let mut reg = lock(&sh.registry);
+            reg.reserved.remove(&id);
+            reg.creating.remove(&p.operation);
+            drop(reg);
+            sh.reservation_ended.notify_all();
+            return Err(e);
+        }
         // Damage the staged Session's own checks find (its replay) is the bundle's.
         let built = build(sh, &m, &mut input, name, &id, &staging).map_err(|e| match e {
             EngineError::Corrupt { reason, .. } => corrupt(name, reason),
@@ -970,6 +980,7 @@ impl Root {
             e => e,
         });
         let committed = built.and_then(|()| {
+            crate::fsutil::pause_point(&sh.dir, "import-built");
             let record = ImportRecord {
                 session_id: id.clone(),
                 workspace: m.workspace.clone(),
@@ -987,6 +998,8 @@ impl Root {
         });
         if committed.is_err() {
             let _ = crate::fsutil::remove_any(&staging);
+        } else {
+            crate::fsutil::pause_point(&sh.dir, "import-committed");
         }
         let placed = committed.as_ref().ok().map(|()| sh.place(&staging, &id));
         let mut reg = lock(&sh.registry);
