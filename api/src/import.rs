@@ -422,14 +422,17 @@ pub fn run(
 fn is_bundle(file: &Path) -> Result<bool, ApiError> {
     use std::io::Read as _;
     let mut head = [0u8; 8];
-    let mut f = std::fs::File::open(file).map_err(|e| ApiError::from_io(file, "open", e))?;
+    let failed = |e: std::io::Error| {
+        ApiError::new(ErrorCode::Io, format!("reading {}: {e}", file.display()))
+    };
+    let mut f = std::fs::File::open(file).map_err(failed)?;
     let mut n = 0;
     while n < head.len() {
         match f.read(&mut head[n..]) {
             Ok(0) => break,
             Ok(k) => n += k,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(ApiError::from_io(file, "read", e)),
+            Err(e) => return Err(failed(e)),
         }
     }
     Ok(n == head.len() && head == logbook_engine::BUNDLE_MAGIC)
