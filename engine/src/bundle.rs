@@ -1037,6 +1037,19 @@ impl Root {
     }
 }
 
+/// Checks that nothing follows the last part.
+fn at_end(input: &mut impl BufRead, name: &Path) -> Result<(), EngineError> {
+    if input
+        .fill_buf()
+        .map_err(|e| EngineError::io(name, "read", e))?
+        .is_empty()
+    {
+        Ok(())
+    } else {
+        Err(corrupt(name, "bytes follow the last part"))
+    }
+}
+
 /// Reads every part after the manifest and checks it (lengths, digests, entry counts, the
 /// end of the file), keeping nothing.
 fn check_parts(m: &Manifest, input: &mut impl BufRead, name: &Path) -> Result<(), EngineError> {
@@ -1052,13 +1065,7 @@ fn check_parts(m: &Manifest, input: &mut impl BufRead, name: &Path) -> Result<()
         }
         part.finish()?;
     }
-    if !input
-        .fill_buf()
-        .map_err(|e| EngineError::io(name, "read", e))?
-        .is_empty()
-    {
-        return Err(corrupt(name, "bytes follow the last part"));
-    }
+    at_end(input, name)?;
     Ok(())
 }
 
@@ -1228,13 +1235,7 @@ fn build(
         log.sync()?;
     }
     part.finish()?;
-    if !input
-        .fill_buf()
-        .map_err(|e| EngineError::io(name, "read", e))?
-        .is_empty()
-    {
-        return Err(corrupt(name, "bytes follow the last part"));
-    }
+    at_end(input, name)?;
 
     // Every blob the events name and every patch a receipt names is here or in the Root.
     let have = |kind: u8, d: &[u8; 32]| files.iter().any(|(k, f, _)| *k == kind && f == d);
