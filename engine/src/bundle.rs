@@ -36,7 +36,7 @@ pub const BUNDLE_FORMAT_VERSION: u32 = 1;
 /// Longest manifest a bundle may carry.
 pub const BUNDLE_MANIFEST_BYTES_MAX: u32 = 64 << 10;
 /// The zstd level of every part (part of what makes a bundle canonical).
-const ZSTD_LEVEL: i32 = 3;
+const ZSTD_LEVEL: i32 = 1;
 /// Longest entry of a framed part (an event, receipt or diagnostic record) an import accepts.
 const ENTRY_BYTES_MAX: u64 = 1 << 30;
 /// Event and receipt records appended to a staged log per batch, in bytes.
