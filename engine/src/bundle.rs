@@ -42,6 +42,8 @@ const ENTRY_BYTES_MAX: u64 = 1 << 30;
 /// Event and receipt records appended to a staged log per batch, in bytes.
 const STAGE_BATCH_BYTES: usize = 4 << 20;
 const HEADER_BYTES: usize = 16;
+/// Largest log segment an import writes (see `build`).
+const IMPORT_SEGMENT_BYTES_MAX: u64 = 16 << 20;
 
 const EVENTS: u8 = 1;
 const RECEIPTS: u8 = 2;
@@ -1084,9 +1086,12 @@ fn build(
     let incoming = staging.join("incoming");
     std::fs::create_dir_all(&incoming)
         .map_err(|e| EngineError::io(&incoming, "create directory", e))?;
+    // Segments no larger than `IMPORT_SEGMENT_BYTES_MAX`: the sealer holds a rolled segment
+    // whole while it compresses it, and an import rolls one after another.
     let config = LogConfig {
         durability: Durability::NoSyncBulkImport,
         preallocate_bytes: 0,
+        segment_bytes_max: sh.options.segment_bytes_max.min(IMPORT_SEGMENT_BYTES_MAX),
         ..sh.log_config()
     };
     let mut staged = Staged {
