@@ -207,42 +207,100 @@ impl<W: Write> Write for Counting<W> {
     }
 }
 
-/// One part being written: its content hashed and counted, then compressed as one frame.
-struct PartWriter<W: Write> {
+/// Raw bytes handed to a part's compressor at a time.
+const CHUNK_BYTES: usize = 1 << 20;
+
+/// One part being written: its content hashed and counted here, and compressed as one frame
+/// on a thread of its own, so reading the Session and compressing it overlap.
+struct PartWriter {
     kind: u8,
-    enc: zstd::stream::write::Encoder<'static, Counting<W>>,
     hash: Sha256,
     raw: u64,
     count: u64,
     head: Vec<u8>,
+    /// Raw bytes not handed over yet.
+    buf: Vec<u8>,
+    tx: Option<std::sync::mpsc::SyncSender<Vec<u8>>>,
+    /// Buffers the compressor is done with, for reuse.
+    spare: std::sync::mpsc::Receiver<Vec<u8>>,
+    worker: Option<std::thread::JoinHandle<std::io::Result<(u64, [u8; 32])>>>,
 }
 
-impl<W: Write> PartWriter<W> {
-    fn new(kind: u8, w: W) -> std::io::Result<Self> {
-        let mut enc = zstd::stream::write::Encoder::new(
-            Counting {
-                inner: w,
-                n: 0,
-                hash: Sha256::new(),
-            },
-            ZSTD_LEVEL,
-        )?;
-        enc.include_checksum(true)?;
-        enc.include_contentsize(false)?;
+impl PartWriter {
+    /// A part written at the current offset of `file` (which the caller owns meanwhile).
+    fn new(kind: u8, file: File) -> std::io::Result<Self> {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(2);
+        let (spare_tx, spare) = std::sync::mpsc::channel::<Vec<u8>>();
+        let worker = std::thread::Builder::new()
+            .name("logbook-bundle".into())
+            .spawn(move || {
+                let mut enc = zstd::stream::write::Encoder::new(
+                    Counting {
+                        inner: BufWriter::with_capacity(CHUNK_BYTES, file),
+                        n: 0,
+                        hash: Sha256::new(),
+                    },
+                    ZSTD_LEVEL,
+                )?;
+                enc.include_checksum(true)?;
+                enc.include_contentsize(false)?;
+                for chunk in rx {
+                    enc.write_all(&chunk)?;
+                    let _ = spare_tx.send(chunk);
+                }
+                let mut c = enc.finish()?;
+                c.inner.flush()?;
+                Ok((c.n, c.hash.finalize().into()))
+            })?;
         Ok(PartWriter {
             kind,
-            enc,
             hash: Sha256::new(),
             raw: 0,
             count: 0,
             head: Vec::with_capacity(48),
+            buf: Vec::with_capacity(CHUNK_BYTES),
+            tx: Some(tx),
+            spare,
+            worker: Some(worker),
         })
     }
 
     fn raw(&mut self, b: &[u8]) -> std::io::Result<()> {
         self.hash.update(b);
         self.raw += b.len() as u64;
-        self.enc.write_all(b)
+        self.buf.extend_from_slice(b);
+        if self.buf.len() >= CHUNK_BYTES {
+            self.hand_over()?;
+        }
+        Ok(())
+    }
+
+    fn hand_over(&mut self) -> std::io::Result<()> {
+        let mut next = self
+            .spare
+            .try_recv()
+            .unwrap_or_else(|_| Vec::with_capacity(CHUNK_BYTES));
+        next.clear();
+        let full = std::mem::replace(&mut self.buf, next);
+        let sent = self.tx.as_ref().map(|tx| tx.send(full).is_ok());
+        if sent == Some(true) {
+            return Ok(());
+        }
+        // The compressor stopped: its error says why.
+        Err(self
+            .join()
+            .err()
+            .unwrap_or_else(|| std::io::Error::other("the bundle compressor stopped")))
+    }
+
+    /// Ends the input and waits for the compressor: (stored length, SHA-256 of it).
+    fn join(&mut self) -> std::io::Result<(u64, [u8; 32])> {
+        self.tx = None;
+        match self.worker.take().map(std::thread::JoinHandle::join) {
+            Some(Ok(r)) => r,
+            Some(Err(_)) => Err(std::io::Error::other("the bundle compressor panicked")),
+            None => Err(std::io::Error::other("the bundle compressor stopped")),
+        }
     }
 
     /// One entry of a framed part: its length, then its bytes.
@@ -293,19 +351,19 @@ impl<W: Write> PartWriter<W> {
         Ok(())
     }
 
-    fn finish(self) -> std::io::Result<(PartInfo, W)> {
-        let c = self.enc.finish()?;
-        Ok((
-            PartInfo {
-                kind: self.kind,
-                count: self.count,
-                raw: self.raw,
-                stored: c.n,
-                digest: self.hash.finalize().into(),
-                stored_digest: c.hash.finalize().into(),
-            },
-            c.inner,
-        ))
+    fn finish(mut self) -> std::io::Result<PartInfo> {
+        if !self.buf.is_empty() {
+            self.hand_over()?;
+        }
+        let (stored, stored_digest) = self.join()?;
+        Ok(PartInfo {
+            kind: self.kind,
+            count: self.count,
+            raw: self.raw,
+            stored,
+            digest: self.hash.finalize().into(),
+            stored_digest,
+        })
     }
 }
 
@@ -433,11 +491,16 @@ fn write_parts(
     spool: &File,
 ) -> Result<Vec<PartInfo>, EngineError> {
     let io = |e| EngineError::io("bundle spool", "write", e);
-    let mut w = BufWriter::with_capacity(1 << 20, spool);
+    let part = |kind| {
+        let file = spool
+            .try_clone()
+            .map_err(|e| EngineError::io("bundle spool", "duplicate", e))?;
+        PartWriter::new(kind, file).map_err(io)
+    };
     let mut parts = Vec::with_capacity(PART_NAMES.len());
 
     let mut blobs = BTreeSet::new();
-    let mut pw = PartWriter::new(EVENTS, &mut w).map_err(io)?;
+    let mut pw = part(EVENTS)?;
     let mut task = sh.options.progress.task(
         || format!("exporting Session {id}"),
         through,
@@ -449,11 +512,11 @@ fn write_parts(
             .map_err(|why| EngineError::corrupt(s.log().dir(), format!("event {q}: {why}")))?;
         pw.framed(payload).map_err(io)
     })?;
-    parts.push(pw.finish().map_err(io)?.0);
+    parts.push(pw.finish().map_err(io)?);
     drop(task);
 
     let mut patches = BTreeSet::new();
-    let mut pw = PartWriter::new(RECEIPTS, &mut w).map_err(io)?;
+    let mut pw = part(RECEIPTS)?;
     s.for_each_receipt(s.own_cutoff(through)?, |payload, r| match r.outcome {
         // A fork's reservation names a Session of this Root: not carried.
         Outcome::Fork { .. } => Ok(()),
@@ -466,24 +529,24 @@ fn write_parts(
         }
         _ => pw.framed(payload).map_err(io),
     })?;
-    parts.push(pw.finish().map_err(io)?.0);
+    parts.push(pw.finish().map_err(io)?);
 
-    let mut pw = PartWriter::new(ATTACHMENTS, &mut w).map_err(io)?;
+    let mut pw = part(ATTACHMENTS)?;
     for d in &blobs {
         pw.file(d, &sh.blobs.path_of(&digest_name(d))?, 0)?;
     }
-    parts.push(pw.finish().map_err(io)?.0);
+    parts.push(pw.finish().map_err(io)?);
 
-    let mut pw = PartWriter::new(PATCHES, &mut w).map_err(io)?;
+    let mut pw = part(PATCHES)?;
     for d in &patches {
         let path = crate::patches::patch_file_path(&sh.dir, &hex(d));
         let mut f = File::open(&path).map_err(|e| EngineError::io(&path, "open", e))?;
         crate::patches::check_patch_header(&path, &mut f)?;
         pw.file(d, &path, crate::patches::PATCH_HEADER_BYTES)?;
     }
-    parts.push(pw.finish().map_err(io)?.0);
+    parts.push(pw.finish().map_err(io)?);
 
-    let mut pw = PartWriter::new(DIAGNOSTICS, &mut w).map_err(io)?;
+    let mut pw = part(DIAGNOSTICS)?;
     {
         let st = s.diags().state()?;
         if let Some(log) = &st.log {
@@ -500,8 +563,7 @@ fn write_parts(
             }
         }
     }
-    parts.push(pw.finish().map_err(io)?.0);
-    w.flush().map_err(io)?;
+    parts.push(pw.finish().map_err(io)?);
     Ok(parts)
 }
 
