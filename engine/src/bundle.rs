@@ -207,6 +207,9 @@ impl<W: Write> Write for Counting<W> {
     }
 }
 
+/// What a part's compressor wrote: the stored length and the SHA-256 of the stored bytes.
+type Stored = (u64, [u8; 32]);
+
 /// Raw bytes handed to a part's compressor at a time.
 const CHUNK_BYTES: usize = 1 << 20;
 
@@ -223,7 +226,7 @@ struct PartWriter {
     tx: Option<std::sync::mpsc::SyncSender<Vec<u8>>>,
     /// Buffers the compressor is done with, for reuse.
     spare: std::sync::mpsc::Receiver<Vec<u8>>,
-    worker: Option<std::thread::JoinHandle<std::io::Result<(u64, [u8; 32])>>>,
+    worker: Option<std::thread::JoinHandle<std::io::Result<Stored>>>,
 }
 
 impl PartWriter {
@@ -294,7 +297,7 @@ impl PartWriter {
     }
 
     /// Ends the input and waits for the compressor: (stored length, SHA-256 of it).
-    fn join(&mut self) -> std::io::Result<(u64, [u8; 32])> {
+    fn join(&mut self) -> std::io::Result<Stored> {
         self.tx = None;
         match self.worker.take().map(std::thread::JoinHandle::join) {
             Some(Ok(r)) => r,
