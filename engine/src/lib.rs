@@ -23,8 +23,8 @@
 //! 3. **The catalog**: `registry`: the Root's header, writer lock and Root log, the registry of
 //!    Sessions, the cache of open Sessions (bounded by descriptors and memory), the index sync
 //!    thread.
-//! 4. **Operations across Sessions**: `fork`, `patches`, `search_root` (`searchRoot`),
-//!    `root_diagnostics`.
+//! 4. **Operations across Sessions**: `fork`, `bundle` (`exportSession`, `importBundle`),
+//!    `patches`, `search_root` (`searchRoot`), `root_diagnostics`.
 //! 5. **The public [`Root`]** (`root`), whose methods the operations above extend.
 //!
 //! What one Session costs: see "What an open Session costs" in `docs/format.md` (4 descriptors
