@@ -14,7 +14,7 @@ use crate::error::EngineError;
 use crate::event::{Branch, Event, Part};
 use crate::layer::ForkMarker;
 use crate::records::{self, EventRecord, ImportRecord, Outcome, Receipt};
-use crate::registry::{import_staging_dir, Entry, Imported, Shared};
+use crate::registry::{import_staging_dir, Entry, Shared};
 use crate::root::Root;
 use crate::session::{Checkpoint, Session};
 use crate::sync::lock;
@@ -1028,35 +1028,31 @@ impl Root {
         let staging = import_staging_dir(&sh.dir, &id);
         // From here a crash may leave a staging directory: the next open must look for it,
         // so the catalog snapshot (which says "closed cleanly, nothing to look for") goes.
-        if let Err(e) = sh.snapshot.before_change() {
-            let mut reg = lock(&sh.registry);
-            reg.reserved.remove(&id);
-            reg.creating.remove(&p.operation);
-            drop(reg);
-            sh.reservation_ended.notify_all();
-            return Err(e);
-        }
         // Damage the staged Session's own checks find (its replay) is the bundle's.
-        let built = build(sh, &m, &mut input, name, &id, &staging).map_err(|e| match e {
-            EngineError::Corrupt { reason, .. } => corrupt(name, reason),
-            e if e.kind() == crate::ErrorKind::Corrupt
-                && !matches!(e, EngineError::CorruptInput { .. }) =>
-            {
-                corrupt(name, e)
-            }
-            e => e,
-        });
+        let built = sh
+            .snapshot
+            .before_change()
+            .and_then(|()| build(sh, &m, &mut input, name, &id, &staging))
+            .map_err(|e| match e {
+                EngineError::Corrupt { reason, .. } => corrupt(name, reason),
+                e if e.kind() == crate::ErrorKind::Corrupt
+                    && !matches!(e, EngineError::CorruptInput { .. }) =>
+                {
+                    corrupt(name, e)
+                }
+                e => e,
+            });
+        let record = ImportRecord {
+            session_id: id.clone(),
+            workspace: m.workspace.clone(),
+            operation: p.operation.clone(),
+            params,
+            bundle: key,
+            revision: m.revision,
+            reset: m.reset,
+        };
         let committed = built.and_then(|()| {
             crate::fsutil::pause_point(&sh.dir, "import-built");
-            let record = ImportRecord {
-                session_id: id.clone(),
-                workspace: m.workspace.clone(),
-                operation: p.operation.clone(),
-                params,
-                bundle: key,
-                revision: m.revision,
-                reset: m.reset,
-            };
             sh.root_log.append(&[Record {
                 kind: records::KIND_IMPORTED_SESSION,
                 payload: &records::encode(&record),
@@ -1077,21 +1073,8 @@ impl Root {
                 .insert(p.operation.clone(), (params, id.clone()));
             let summary = Arc::new(crate::catalog::Summary::created_now());
             sh.journal.record(&id, 0, &summary);
-            reg.sessions.insert(
-                id.clone(),
-                Entry {
-                    workspace: m.workspace.clone(),
-                    branch: None,
-                    layered: false,
-                    import: Some(Imported {
-                        bundle: key,
-                        revision: m.revision,
-                        reset: m.reset,
-                    }),
-                    slot: Arc::default(),
-                    summary,
-                },
-            );
+            reg.sessions
+                .insert(id.clone(), Entry::imported(&record, summary));
         }
         drop(reg);
         sh.reservation_ended.notify_all();

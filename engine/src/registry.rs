@@ -180,6 +180,22 @@ pub(crate) struct Imported {
 }
 
 impl Entry {
+    /// The entry of a Session an import record made (see `crate::bundle`).
+    pub(crate) fn imported(r: &records::ImportRecord, summary: Arc<Summary>) -> Entry {
+        Entry {
+            workspace: r.workspace.clone(),
+            branch: None,
+            layered: false,
+            import: Some(Imported {
+                bundle: r.bundle,
+                revision: r.revision,
+                reset: r.reset,
+            }),
+            slot: Arc::default(),
+            summary,
+        }
+    }
+
     /// The sequence after which the fork rules applied to this Session's state (its fork
     /// fence, or what the bundle it was imported from said), if any.
     pub(crate) fn reset(&self) -> Option<u64> {
@@ -549,21 +565,9 @@ impl Shared {
                 registry
                     .receipts
                     .insert(r.operation.clone(), (r.params, r.session_id.clone()));
-                registry.sessions.insert(
-                    r.session_id.clone(),
-                    Entry {
-                        workspace: r.workspace,
-                        branch: None,
-                        layered: false,
-                        import: Some(Imported {
-                            bundle: r.bundle,
-                            revision: r.revision,
-                            reset: r.reset,
-                        }),
-                        slot: Arc::default(),
-                        summary: Arc::default(),
-                    },
-                );
+                registry
+                    .sessions
+                    .insert(r.session_id.clone(), Entry::imported(&r, Arc::default()));
                 last = None;
                 last_fork = None;
                 continue;
