@@ -20,6 +20,8 @@ use std::sync::OnceLock;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, Weak};
 use std::time::{Duration, Instant};
 
+mod follow;
+
 /// Default size at which a segment rolls (configurable per log).
 pub const SEGMENT_BYTES_MAX: u64 = 64 << 20;
 /// Smallest accepted `segment_bytes_max`: a header and one small frame.
@@ -486,6 +488,9 @@ struct Shared {
     /// Set by [`Log::seal_when_closed`]: the fewest record bytes of the newest segment for
     /// which the last handle's drop has it sealed; 0 when not asked.
     seal_when_closed: AtomicU64,
+    /// `Some` for a read-only handle ([`Log::open_read_only`]): what it follows. Such a handle
+    /// never writes; its `writer` only holds the newest file.
+    follow: Option<Mutex<follow::Follow>>,
 }
 
 /// The segmented append-only log. `Send + Sync`: share it with `Arc`.
@@ -818,6 +823,7 @@ impl Log {
             true,
             Vec::new(),
             false,
+            None,
         );
         Ok((log, locations))
     }
@@ -1054,6 +1060,7 @@ impl Log {
             preallocated,
             to_seal,
             marked,
+            None,
         );
         lock(&log.shared.writer).name_unsynced = name_unsynced;
         Ok((log, rec))
@@ -1073,6 +1080,7 @@ impl Log {
         preallocated: bool,
         to_seal: Vec<u64>,
         marked: bool,
+        follow: Option<follow::Follow>,
     ) -> Log {
         let preallocates = preallocated && config.preallocates();
         let cache = LogCache::new(
@@ -1126,11 +1134,17 @@ impl Log {
             written_seq: AtomicU64::new(0),
             poisoned: AtomicBool::new(false),
             seal_when_closed: AtomicU64::new(0),
+            follow: follow.map(Mutex::new),
         });
         for n in to_seal {
             shared.queue_seal(n);
         }
-        let instance = LogInstances::register(dir);
+        // A read-only handle never gives zeros back, so it does not count as an open of the
+        // directory that may change its files.
+        let instance = match shared.follow {
+            Some(_) => None,
+            None => LogInstances::register(dir),
+        };
         Log { shared, instance }
     }
 
@@ -1143,6 +1157,10 @@ impl Log {
 
     /// Makes everything appended so far durable (useful after a `NoSyncBulkImport`).
     pub fn sync(&self) -> Result<(), LogError> {
+        if self.is_read_only() {
+            // Nothing was written through it; what the writer wrote is the writer's to sync.
+            return Ok(());
+        }
         self.shared.sync()
     }
 
@@ -1256,6 +1274,9 @@ impl Log {
     /// acknowledged before any sync). Refused (`InvalidArgument`) on a healthy log; the log
     /// stays poisoned either way.
     pub fn cut_unsynced(&self) -> Result<(), LogError> {
+        if self.is_read_only() {
+            return Err(LogError::invalid("a read-only log cuts nothing"));
+        }
         self.shared.cut_unsynced()
     }
 
@@ -1268,6 +1289,9 @@ impl Log {
     /// has started), and [`settle_closed_seals`] waits for those under a directory.
     /// Returns whether the newest segment would be sealed if the log were closed now.
     pub fn seal_when_closed(&self, min_record_bytes: u64) -> bool {
+        if self.is_read_only() {
+            return false;
+        }
         self.shared
             .seal_when_closed
             .store(min_record_bytes.max(1), Ordering::Release);
@@ -1293,6 +1317,10 @@ impl Log {
 
 impl Drop for Log {
     fn drop(&mut self) {
+        if self.is_read_only() {
+            // It wrote nothing and queued nothing: the files are the writer's.
+            return;
+        }
         let mut closed_seal = None;
         {
             let mut w = lock(&self.shared.writer);
@@ -1936,6 +1964,12 @@ impl Shared {
     }
 
     fn append(&self, batch: &[Record<'_>]) -> Result<Vec<Location>, LogError> {
+        if self.follow.is_some() {
+            return Err(LogError::invalid(format!(
+                "the log at {} is open read-only",
+                self.dir.display()
+            )));
+        }
         if batch.is_empty() {
             return Err(LogError::invalid("a batch needs at least one record"));
         }
