@@ -69,8 +69,9 @@ fn entry_crc(i: u64, entry: &[u8]) -> u32 {
 #[derive(Debug)]
 pub struct FixedIndex {
     path: PathBuf,
-    /// Shared with [`PendingSync`]s, which write and sync without the caller's lock.
-    file: Arc<File>,
+    /// Shared with [`PendingSync`]s, which write and sync without the caller's lock. `None`
+    /// for a detached index ([`FixedIndex::open_detached`]), which never writes.
+    file: Option<Arc<File>>,
     tag: [u8; 4],
     width: u32,
     /// Entries `[0, durable)` are in the file and mapped.
@@ -266,7 +267,7 @@ impl FixedIndex {
             }
             Err(e) => return Err(IndexError::io(path, "create", e)),
         };
-        let file = Arc::new(file);
+        let file = Some(Arc::new(file));
         Ok(FixedIndex {
             path: path.to_path_buf(),
             file,
@@ -311,7 +312,7 @@ impl FixedIndex {
         let map = fsutil::map_prefix(&file, path, if durable == 0 { 0 } else { whole })?;
         Ok(FixedIndex {
             path: path.to_path_buf(),
-            file: Arc::new(file),
+            file: Some(Arc::new(file)),
             tag,
             width,
             map,
@@ -322,6 +323,62 @@ impl FixedIndex {
             generation: 0,
             damage: None,
         })
+    }
+
+    /// An index read from `path` into memory, for a reader beside the process that writes
+    /// it: the file is opened read only and read, never mapped (its writer may shorten it) and
+    /// never written; the entries before the first one that is incomplete or fails its
+    /// checksum are kept (the writer may be writing the rest right now), and
+    /// [`FixedIndex::cut_bytes`] counts the bytes left out. Pushes and truncations change only
+    /// the memory; [`FixedIndex::sync`] is refused. A missing file is an empty index. A
+    /// foreign or damaged header is refused as by [`FixedIndex::open`].
+    pub fn open_detached(path: &Path, tag: [u8; 4], width: u32) -> Result<FixedIndex, IndexError> {
+        check_width(width)?;
+        let bytes = match std::fs::read(path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(IndexError::io(path, "read", e)),
+        };
+        let mut ix = FixedIndex {
+            path: path.to_path_buf(),
+            file: None,
+            tag,
+            width,
+            map: None,
+            durable: 0,
+            tail: Vec::new(),
+            cut_bytes: 0,
+            poisoned: false,
+            generation: 0,
+            damage: None,
+        };
+        if bytes.is_empty() {
+            return Ok(ix);
+        }
+        check_header(
+            path,
+            &bytes[..bytes.len().min(FIXED_HEADER_BYTES as usize)],
+            tag,
+            width,
+        )?;
+        let body = &bytes[FIXED_HEADER_BYTES as usize..];
+        let (w, stride) = (width as usize, ix.stride());
+        let mut keep = 0;
+        for (i, e) in body.chunks_exact(stride).enumerate() {
+            let (entry, stored) = e.split_at(w);
+            if check_entry(path, i as u64, entry, stored, width).is_err() {
+                break;
+            }
+            keep += stride;
+        }
+        ix.cut_bytes = (body.len() - keep) as u64;
+        ix.tail = body[..keep].to_vec();
+        Ok(ix)
+    }
+
+    /// True for an index made by [`FixedIndex::open_detached`].
+    pub fn is_detached(&self) -> bool {
+        self.file.is_none()
     }
 
     /// Number of entries (durable and in memory).
@@ -463,8 +520,11 @@ impl FixedIndex {
         // Drop the map before the file shrinks under it.
         self.map = None;
         let whole = FIXED_HEADER_BYTES + len * w;
-        let result = self
+        let file = self
             .file
+            .as_ref()
+            .expect("durable entries exist only with a file");
+        let result = file
             .set_len(whole)
             .map_err(|e| IndexError::io(&self.path, "ftruncate", e));
         if let Err(e) = result {
@@ -472,7 +532,7 @@ impl FixedIndex {
             return Err(e);
         }
         self.durable = len;
-        self.map = fsutil::map_prefix(&self.file, &self.path, if len == 0 { 0 } else { whole })?;
+        self.map = fsutil::map_prefix(file, &self.path, if len == 0 { 0 } else { whole })?;
         Ok(())
     }
 
@@ -493,8 +553,16 @@ impl FixedIndex {
                 path: self.path.clone(),
             });
         }
+        let Some(file) = &self.file else {
+            return Err(IndexError::InvalidArgument {
+                reason: format!(
+                    "{} was read by a reader beside its writer: it is never written",
+                    self.path.display()
+                ),
+            });
+        };
         Ok(PendingSync {
-            file: Arc::clone(&self.file),
+            file: Arc::clone(file),
             path: self.path.clone(),
             at: FIXED_HEADER_BYTES + self.durable * self.stride() as u64,
             bytes: self.tail.clone(),
@@ -545,7 +613,12 @@ impl FixedIndex {
         }
         let w = self.stride() as u64;
         let whole = FIXED_HEADER_BYTES + done.to * w;
-        let map = match fsutil::map_prefix(&self.file, &self.path, whole) {
+        let Some(file) = &self.file else {
+            return Err(IndexError::InvalidArgument {
+                reason: format!("{} is never written", self.path.display()),
+            });
+        };
+        let map = match fsutil::map_prefix(file, &self.path, whole) {
             Ok(m) => m,
             Err(e) => {
                 self.poisoned = true;

@@ -406,3 +406,38 @@ fn sync_begun_before_a_truncate_is_refused_and_changes_nothing() {
     assert!(ix.finish_sync(Err(err)).is_err());
     assert!(matches!(ix.sync(), Err(IndexError::Poisoned { .. })));
 }
+
+#[test]
+fn a_detached_index_reads_whole_entries_and_writes_nothing() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("ix");
+    let mut ix = FixedIndex::create(&p, TAG, 12).unwrap();
+    fill(&mut ix, 0, 40);
+    ix.sync().unwrap();
+    drop(ix);
+    // A writer caught half way through its next entry, and one entry damaged after it.
+    let mut bytes = std::fs::read(&p).unwrap();
+    let stride = 16usize;
+    bytes.extend_from_slice(&[7u8; 5]);
+    std::fs::write(&p, &bytes).unwrap();
+    let mut r = FixedIndex::open_detached(&p, TAG, 12).unwrap();
+    assert!(r.is_detached());
+    check_all(&r, 40);
+    assert_eq!(r.cut_bytes(), 5);
+    // Memory only: a truncation and pushes leave the file as it was.
+    r.truncate(30).unwrap();
+    fill(&mut r, 30, 45);
+    check_all(&r, 45);
+    assert!(r.sync().is_err(), "a detached index is never written");
+    assert_eq!(std::fs::read(&p).unwrap(), bytes);
+    // Entries from the first damaged one on are left out.
+    let at = FIXED_HEADER_BYTES as usize + 10 * stride + 3;
+    bytes[at] ^= 1;
+    std::fs::write(&p, &bytes).unwrap();
+    let r = FixedIndex::open_detached(&p, TAG, 12).unwrap();
+    check_all(&r, 10);
+    // Absent: empty. Foreign: refused.
+    let r = FixedIndex::open_detached(&d.path().join("none"), TAG, 12).unwrap();
+    assert!(r.is_empty());
+    assert!(FixedIndex::open_detached(&p, *b"OTHR", 12).is_err());
+}
