@@ -433,7 +433,13 @@ impl Root {
                 )))
             }
         };
-        let spool = spool_file(&sh.dir.join("tmp"))?;
+        // A reader writes nothing into the Root, not even a nameless file.
+        let spool_dir = if sh.options.read_only {
+            std::env::temp_dir()
+        } else {
+            sh.dir.join("tmp")
+        };
+        let spool = spool_file(&spool_dir)?;
         let parts = write_parts(sh, &s, &p.session_id, through, &spool)?;
         let manifest = Manifest {
             session_id: p.session_id.clone(),
@@ -958,6 +964,7 @@ impl Root {
         input: &mut dyn Read,
         name: &Path,
     ) -> Result<ImportResult, EngineError> {
+        self.shared.writable()?;
         validate_id("operation", &p.operation)?;
         if let Some(id) = &p.session_id {
             validate_session_id(id)?;
@@ -1329,7 +1336,7 @@ fn build(
     // The Session opens where it was built (the replay checks every record and builds the
     // indexes and the checkpoint), with its diagnostics.
     {
-        let diags = Arc::new(DiagLog::new(staging, sh.log_config()));
+        let diags = Arc::new(DiagLog::new(staging, sh.log_config(), false));
         let s = Session::open_with(
             id,
             staging,
@@ -1337,6 +1344,7 @@ fn build(
             None,
             sh.options.progress.clone(),
             Arc::clone(&diags),
+            false,
         )?;
         drop(diags.state()?);
         s.sync_indexes(Checkpoint::Now)?;

@@ -78,6 +78,16 @@ impl Snapshot {
         Ok((snapshot, saved))
     }
 
+    /// A reader's: the file on disk (if any) is not taken, and never written or removed.
+    pub(crate) fn ignored(root: &Path, root_fd: std::sync::Arc<std::os::fd::OwnedFd>) -> Snapshot {
+        Snapshot {
+            root: root.to_owned(),
+            root_fd,
+            on_disk: AtomicBool::new(false),
+            removing: std::sync::Mutex::new(()),
+        }
+    }
+
     /// Called before anything the snapshot describes changes (a commit to a Session): removes
     /// the file and syncs the directory, once per open. One atomic load once it is gone.
     pub(crate) fn before_change(&self) -> Result<(), EngineError> {
@@ -247,6 +257,18 @@ impl Summary {
             .compare_exchange(0, created, Ordering::AcqRel, Ordering::Acquire);
         self.last_ms.fetch_max(last, Ordering::AcqRel);
         self.changed.store(true, Ordering::Release);
+    }
+}
+
+impl Summary {
+    /// For a reader beside the writer: the times from the Session's log files again (the
+    /// writer's appends move them), never moving the last activity back.
+    pub(crate) fn follow_times(&self, session_dir: &Path) {
+        let (created, last) = times_from_files(&session_dir.join("log"));
+        let _ = self
+            .created_ms
+            .compare_exchange(0, created, Ordering::AcqRel, Ordering::Acquire);
+        self.last_ms.fetch_max(last, Ordering::AcqRel);
     }
 }
 

@@ -173,16 +173,24 @@ pub(crate) struct DiagState {
 pub(crate) struct DiagLog {
     pub(crate) dir: PathBuf,
     pub(crate) config: logbook_log::LogConfig,
+    /// A reader's (beside the Root's writer): its log is opened read-only and taken in again
+    /// on every read, since the writer may have recorded more.
+    pub(crate) read_only: bool,
     pub(crate) state: Mutex<DiagState>,
     pub(crate) changed: Condvar,
 }
 
 impl DiagLog {
     /// The diagnostics of the Session whose directory is `session_dir` (nothing is read yet).
-    pub(crate) fn new(session_dir: &Path, config: logbook_log::LogConfig) -> DiagLog {
+    pub(crate) fn new(
+        session_dir: &Path,
+        config: logbook_log::LogConfig,
+        read_only: bool,
+    ) -> DiagLog {
         DiagLog {
             dir: session_dir.join(DIAGNOSTICS_DIR),
             config,
+            read_only,
             state: Mutex::new(DiagState::default()),
             changed: Condvar::new(),
         }
@@ -198,8 +206,8 @@ impl DiagLog {
     /// Locks the state, reading the log first on the first use (again after a failed read).
     pub(crate) fn state(&self) -> Result<MutexGuard<'_, DiagState>, EngineError> {
         let mut st = lock(&self.state);
-        if !st.loaded {
-            *st = Self::load(&self.dir, self.config.clone())?;
+        if !st.loaded || self.read_only {
+            *st = Self::load(&self.dir, self.config.clone(), self.read_only)?;
         }
         Ok(st)
     }
@@ -215,13 +223,21 @@ impl DiagLog {
     }
 
     /// Reads the log in `dir` whole (an empty state when it was never made).
-    fn load(dir: &Path, config: logbook_log::LogConfig) -> Result<DiagState, EngineError> {
+    fn load(
+        dir: &Path,
+        config: logbook_log::LogConfig,
+        read_only: bool,
+    ) -> Result<DiagState, EngineError> {
         let mut st = DiagState {
             loaded: true,
             ..DiagState::default()
         };
         if dir.is_dir() {
-            let (log, _) = Log::open(dir, config)?;
+            let log = if read_only {
+                Log::open_read_only(dir, config, None)?
+            } else {
+                Log::open(dir, config)?.0
+            };
             for item in log.scan(log.start()) {
                 let (loc, record, _) = item?;
                 if record.kind != KIND_DIAGNOSTIC {
@@ -278,11 +294,12 @@ impl DiagLogs {
         id: &str,
         session_dir: &Path,
         config: logbook_log::LogConfig,
+        read_only: bool,
     ) -> Arc<DiagLog> {
         let mut open = lock(&self.open);
         Arc::clone(
             open.entry(id.to_owned())
-                .or_insert_with(|| Arc::new(DiagLog::new(session_dir, config))),
+                .or_insert_with(|| Arc::new(DiagLog::new(session_dir, config, read_only))),
         )
     }
 }

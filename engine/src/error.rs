@@ -84,6 +84,8 @@ pub enum EngineError {
         op: &'static str,
         source: std::io::Error,
     },
+    /// The Root was opened read-only (a reader beside its writer): nothing may change it.
+    ReadOnly { path: PathBuf },
     /// The log layer failed.
     Log(logbook_log::LogError),
     /// The index layer failed (indexes are derived; this is only reported when rebuilding failed too).
@@ -101,7 +103,9 @@ impl EngineError {
             EngineError::Unsupported { .. } => ErrorKind::Unsupported,
             EngineError::UnsupportedFormat { .. } => ErrorKind::UnsupportedFormat,
             EngineError::Corrupt { .. } | EngineError::CorruptInput { .. } => ErrorKind::Corrupt,
-            EngineError::PermissionDenied { .. } => ErrorKind::PermissionDenied,
+            EngineError::PermissionDenied { .. } | EngineError::ReadOnly { .. } => {
+                ErrorKind::PermissionDenied
+            }
             EngineError::Io { .. } => ErrorKind::Io,
             EngineError::Log(e) => map_log_kind(e.kind()),
             EngineError::Index(e) => map_index_kind(e.kind()),
@@ -241,6 +245,11 @@ impl fmt::Display for EngineError {
                 write!(f, "permission denied to {op} {}: {source}", path.display())
             }
             EngineError::Io { path, op, source } => write!(f, "could not {op} {}: {source}", path.display()),
+            EngineError::ReadOnly { path } => write!(
+                f,
+                "the Root {} is open read-only (a reader beside its writer): send changes to the process that writes it",
+                path.display()
+            ),
             EngineError::Log(e) => write!(f, "log: {e}"),
             EngineError::Index(e) => write!(f, "index: {e}"),
         }

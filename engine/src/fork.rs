@@ -150,6 +150,7 @@ fn used_for_another(p: &ForkParams) -> EngineError {
 impl Root {
     /// Forks a Session (see the module documentation of `fork`).
     pub fn fork(&self, p: ForkParams) -> Result<ForkResult, EngineError> {
+        self.shared.writable()?;
         validate_id("operation", &p.operation)?;
         if let ForkFrom::Turn { invocation } = &p.from {
             validate_id("from.invocation", invocation)?;

@@ -134,6 +134,7 @@ impl Root {
         operation: &str,
         bytes: Vec<u8>,
     ) -> Result<PatchInfo, EngineError> {
+        self.shared.writable()?;
         if let Some(info) = self.patch_receipt(session_id, operation)? {
             return Ok(info);
         }

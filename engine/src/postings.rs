@@ -174,10 +174,11 @@ impl Tail {
         Ok(())
     }
 
-    /// Marks the base damaged and deletes its file (the map stays readable until dropped).
-    pub(crate) fn base_damaged(&self) {
+    /// Marks the base damaged and deletes its file (the map stays readable until dropped),
+    /// unless the Session is a reader's (`read_only`), which removes nothing.
+    pub(crate) fn base_damaged(&self, read_only: bool) {
         if let Some(b) = &self.base {
-            if !b.damaged.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            if !b.damaged.swap(true, std::sync::atomic::Ordering::AcqRel) && !read_only {
                 let _ = std::fs::remove_file(b.file.path());
             }
         }
@@ -262,6 +263,9 @@ const WRITERS_MAX: usize = 2;
 /// What the worker and the Session share.
 pub(crate) struct Shared {
     dir: PathBuf,
+    /// A reader's index beside the Root's writer: it reads the postings files it finds and
+    /// keeps what it builds in memory, never writing or removing a file.
+    read_only: bool,
     tail: RwLock<Option<Tail>>,
     sealed: Arc<Mutex<SealedMap>>,
     /// Threads writing finished segments' postings files (see [`Shared::roll`]).
@@ -450,10 +454,11 @@ fn doc_of(row: u64, first_row: u64) -> Result<u32, EngineError> {
 }
 
 impl SearchIndex {
-    pub(crate) fn new(session_dir: &Path) -> Self {
+    pub(crate) fn new(session_dir: &Path, read_only: bool) -> Self {
         SearchIndex {
             shared: Arc::new(Shared {
                 dir: session_dir.join(SEARCH_DIR),
+                read_only,
                 tail: RwLock::new(None),
                 sealed: Arc::new(Mutex::new(HashMap::new())),
                 writers: Mutex::new(VecDeque::new()),
@@ -556,7 +561,9 @@ impl SearchIndex {
                     continue;
                 }
             }
-            let _ = std::fs::remove_file(self.dir.join(t.file_name()));
+            if !self.read_only {
+                let _ = std::fs::remove_file(self.dir.join(t.file_name()));
+            }
         }
         chosen
     }
@@ -601,6 +608,9 @@ impl SearchIndex {
         may_sync: bool,
         finished: bool,
     ) {
+        if self.read_only {
+            return;
+        }
         self.wait_idle();
         let mut guard = self.tail.write().unwrap_or_else(|p| p.into_inner());
         let Some(t) = guard.as_mut() else {
@@ -879,7 +889,9 @@ impl Shared {
                 postings: SealedPostings::Memory(builder),
             });
             self.sealed_map().insert(tail.segment, Arc::clone(&sealed));
-            self.write_in_background(tail.segment, sealed);
+            if !self.read_only {
+                self.write_in_background(tail.segment, sealed);
+            }
         }
         tail.segment = segment;
         tail.first_row = tail.covered;
@@ -932,6 +944,9 @@ impl Shared {
 
     /// Writes `builder` as `segment`'s file and maps it; on failure keeps it in memory.
     fn persist(&self, segment: u64, first_row: u64, builder: PostingsBuilder) -> SealedPostings {
+        if self.read_only {
+            return SealedPostings::Memory(builder);
+        }
         match write_postings(&self.dir, &self.file_path(segment, first_row), &builder) {
             Ok(f) => SealedPostings::File(f),
             // Derived data: serve from memory now, rebuild after the next open.

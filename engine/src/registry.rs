@@ -77,6 +77,8 @@ pub struct RootOptions {
     /// in tests (see `logbook_log::io::FaultyFs`).
     #[doc(hidden)]
     pub log_fs: Option<Arc<dyn logbook_log::io::FileSystem>>,
+    /// Open as a reader beside the Root's writer (see [`crate::Root::open_read_only`]).
+    pub read_only: bool,
 }
 
 /// Default [`RootOptions::block_cache_bytes`]: 1,024 blocks of 64 KiB.
@@ -152,6 +154,7 @@ impl Default for RootOptions {
             seal_on_close_bytes_min: crate::session::SEAL_ON_CLOSE_BYTES_MIN,
             open_sessions_max: open_sessions_budget(),
             log_fs: None,
+            read_only: false,
         }
     }
 }
@@ -233,7 +236,8 @@ pub(crate) struct Shared {
     /// Syncs of `sessions/` after a new Session's directory is renamed into it, shared by
     /// creations running at once.
     sessions_sync: crate::fsutil::SharedDirSync,
-    /// The writer lock (see `take_lock`); released when the last reference goes.
+    /// The writer lock (see `take_lock`); released when the last reference goes. A reader's
+    /// holds the directory's descriptor only.
     _lock: WriterLock,
     pub(crate) root_log: Log,
     pub(crate) registry: Mutex<Registry>,
@@ -265,6 +269,9 @@ pub(crate) struct Shared {
     pub(crate) cuts: Mutex<Vec<CutNote>>,
     /// Set once by [`Root::end_waits`]: every wait answers at once from then on.
     pub(crate) waits_ended: AtomicBool,
+    /// For a reader ([`RootOptions::read_only`]): how far it has read the Root log, and when
+    /// it last looked for more (see [`Shared::refresh_registry`]).
+    followed: Mutex<(logbook_log::Location, Option<std::time::Instant>)>,
 }
 
 /// One open Session in the cache, with the registry slot that also holds it.
@@ -283,6 +290,9 @@ pub(crate) struct RootCommits {
     pub(crate) journal: Arc<crate::journal::Journal>,
     pub(crate) snapshot: Arc<crate::catalog::Snapshot>,
     pub(crate) flusher: Arc<Flusher>,
+    /// A reader's Root: the commits it learns of are the writer's, whose indexes it never
+    /// syncs.
+    pub(crate) read_only: bool,
 }
 
 impl crate::catalog::Commits for RootCommits {
@@ -292,8 +302,10 @@ impl crate::catalog::Commits for RootCommits {
 
     fn committed(&self, session_id: &str, first: u64, summary: &Summary) {
         self.journal.record(session_id, first, summary);
-        // The commit gave the index sync thread entries to sync.
-        self.flusher.ensure_started();
+        if !self.read_only {
+            // The commit gave the index sync thread entries to sync.
+            self.flusher.ensure_started();
+        }
     }
 }
 
@@ -466,6 +478,24 @@ pub(crate) struct WriterLock {
     _legacy: Option<OwnedFd>,
 }
 
+impl WriterLock {
+    /// The Root directory's descriptor without any lock: a reader beside the writer takes
+    /// none (it never writes, and must never keep the writer out).
+    fn unlocked(dir: &Path) -> Result<WriterLock, EngineError> {
+        use rustix::fs::{Mode, OFlags};
+        let fd = rustix::fs::open(
+            dir,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| EngineError::io(dir, "open", std::io::Error::from(e)))?;
+        Ok(WriterLock {
+            dir: Arc::new(fd),
+            _legacy: None,
+        })
+    }
+}
+
 /// Takes an exclusive flock on `fd`, waiting up to [`LOCK_WAIT_MAX`]; `Busy` after that.
 fn flock_waiting(fd: &OwnedFd, dir: &Path) -> Result<(), EngineError> {
     use rustix::fs::FlockOperation;
@@ -534,9 +564,21 @@ impl Shared {
     /// catalog snapshot; finishes a creation or fork a crash interrupted.
     pub(crate) fn open(dir: &Path, options: RootOptions) -> Result<Arc<Shared>, EngineError> {
         check_header(dir)?;
-        let lock_file = take_lock(dir)?;
-        let (root_log, recovery) =
-            Log::open(&dir.join(ROOT_LOG_DIR), log_config(options.durability))?;
+        let read_only = options.read_only;
+        let (lock_file, root_log, recovery) = if read_only {
+            // A reader beside the writer: no lock, and a Root log that is only read.
+            let root_log = Log::open_read_only(
+                &dir.join(ROOT_LOG_DIR),
+                log_config(options.durability),
+                None,
+            )?;
+            (WriterLock::unlocked(dir)?, root_log, Default::default())
+        } else {
+            let lock_file = take_lock(dir)?;
+            let (root_log, recovery) =
+                Log::open(&dir.join(ROOT_LOG_DIR), log_config(options.durability))?;
+            (lock_file, root_log, recovery)
+        };
         let cuts: Vec<CutNote> = CutNote::of(None, &recovery).into_iter().collect();
         for c in &cuts {
             options.progress.notice(&c.to_string());
@@ -547,59 +589,25 @@ impl Shared {
         let mut last_fork = None;
         for item in root_log.scan(root_log.start()) {
             let (loc, record, _) = item?;
-            if record.kind == records::KIND_FORK_SESSION
-                || record.kind == records::KIND_LAYERED_FORK
-            {
-                let layered = record.kind == records::KIND_LAYERED_FORK;
-                let (id, entry, fork) =
-                    load_fork_record(root_log.dir(), &record.payload, &extras, layered)?;
-                registry.sessions.insert(id, entry);
-                last = None;
-                // Only a copied fork has a staging directory to finish on open.
-                last_fork = (!layered).then_some(fork);
-                continue;
-            }
-            if record.kind == records::KIND_IMPORTED_SESSION {
-                let r: records::ImportRecord =
-                    records::decode(root_log.dir(), "an import record", &record.payload)?;
-                registry
-                    .receipts
-                    .insert(r.operation.clone(), (r.params, r.session_id.clone()));
-                registry
-                    .sessions
-                    .insert(r.session_id.clone(), Entry::imported(&r, Arc::default()));
-                last = None;
-                last_fork = None;
-                continue;
-            }
-            if record.kind != records::KIND_SESSION {
-                return Err(EngineError::corrupt(
-                    root_log.dir(),
-                    format!("unknown record kind {} at {loc:?}", record.kind),
-                ));
-            }
-            let r: SessionRecord =
-                records::decode(root_log.dir(), "a Session record", &record.payload)?;
-            registry
-                .receipts
-                .insert(r.operation.clone(), (r.params, r.session_id.clone()));
-            registry.sessions.insert(
-                r.session_id.clone(),
-                Entry {
-                    workspace: r.workspace.clone(),
-                    branch: r.branch.clone(),
-                    layered: false,
-                    import: None,
-                    slot: Arc::default(),
-                    summary: Arc::default(),
-                },
-            );
-            last = Some(r);
-            last_fork = None;
+            // Only the last record can be a registration whose directory is unfinished.
+            (last, last_fork) =
+                match register(root_log.dir(), &mut registry, &extras, loc, &record)? {
+                    Registered::Session(r) => (Some(r), None),
+                    // Only a copied fork has a staging directory to finish on open.
+                    Registered::Fork(r, layered) => (None, (!layered).then_some(r)),
+                    Registered::Import(_) => (None, None),
+                };
         }
+        let root_seen = root_log.end();
         // Listing facts saved by the last clean close (removed before the first commit, so
-        // never trusted after a crash that followed a change).
-        let (snapshot, saved) = crate::catalog::Snapshot::load(dir, Arc::clone(&lock_file.dir))?;
+        // never trusted after a crash that followed a change). A reader does not take them:
+        // the writer may be changing what they describe while the file is still there.
+        let (snapshot, saved) = if read_only {
+            let snapshot = crate::catalog::Snapshot::ignored(dir, Arc::clone(&lock_file.dir));
+            (snapshot, None)
+        } else {
+            crate::catalog::Snapshot::load(dir, Arc::clone(&lock_file.dir))?
+        };
         // A snapshot on disk means the last close was clean and nothing changed since: no
         // half-made fork can be lying about, and the open need not list `sessions/`.
         let closed_cleanly = saved.is_some();
@@ -641,9 +649,15 @@ impl Shared {
                 journal: Arc::clone(&journal),
                 snapshot: Arc::clone(&snapshot),
                 flusher,
+                read_only,
             }),
+            followed: Mutex::new((root_seen, None)),
         });
         let _ = shared.flusher.shared.set(Arc::downgrade(&shared));
+        if read_only {
+            // The writer finishes what it left half done; a reader changes nothing.
+            return Ok(shared);
+        }
         // Creations are serialised and finished before the next starts, so only the last
         // registered Session can lack its directory.
         if let Some(r) = last {
@@ -652,6 +666,65 @@ impl Shared {
         finish_forks_on_open(&shared, last_fork.as_ref(), !closed_cleanly)?;
         Ok(shared)
     }
+}
+
+/// What a Root-log record registered (see [`register`]).
+enum Registered {
+    /// A Session made by createSession.
+    Session(SessionRecord),
+    /// A fork (layered or copied).
+    Fork(ForkRecord, bool),
+    /// An imported Session, by id.
+    Import(String),
+}
+
+/// Enters the Root-log record at `loc` into the registry (and a fork's receipt into `extras`).
+fn register(
+    root_log_dir: &Path,
+    registry: &mut Registry,
+    extras: &Extras,
+    loc: logbook_log::Location,
+    record: &logbook_log::OwnedRecord,
+) -> Result<Registered, EngineError> {
+    if record.kind == records::KIND_FORK_SESSION || record.kind == records::KIND_LAYERED_FORK {
+        let layered = record.kind == records::KIND_LAYERED_FORK;
+        let (id, entry, fork) = load_fork_record(root_log_dir, &record.payload, extras, layered)?;
+        registry.sessions.insert(id, entry);
+        return Ok(Registered::Fork(fork, layered));
+    }
+    if record.kind == records::KIND_IMPORTED_SESSION {
+        let r: records::ImportRecord =
+            records::decode(root_log_dir, "an import record", &record.payload)?;
+        registry
+            .receipts
+            .insert(r.operation.clone(), (r.params, r.session_id.clone()));
+        registry
+            .sessions
+            .insert(r.session_id.clone(), Entry::imported(&r, Arc::default()));
+        return Ok(Registered::Import(r.session_id));
+    }
+    if record.kind != records::KIND_SESSION {
+        return Err(EngineError::corrupt(
+            root_log_dir,
+            format!("unknown record kind {} at {loc:?}", record.kind),
+        ));
+    }
+    let r: SessionRecord = records::decode(root_log_dir, "a Session record", &record.payload)?;
+    registry
+        .receipts
+        .insert(r.operation.clone(), (r.params, r.session_id.clone()));
+    registry.sessions.insert(
+        r.session_id.clone(),
+        Entry {
+            workspace: r.workspace.clone(),
+            branch: r.branch.clone(),
+            layered: false,
+            import: None,
+            slot: Arc::default(),
+            summary: Arc::default(),
+        },
+    );
+    Ok(Registered::Session(r))
 }
 
 impl Shared {
@@ -665,9 +738,58 @@ impl Shared {
         }
     }
 
+    /// Refuses a change to a Root opened read-only.
+    pub(crate) fn writable(&self) -> Result<(), EngineError> {
+        if self.options.read_only {
+            return Err(EngineError::ReadOnly {
+                path: self.dir.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// For a reader: registers the Sessions the writer made since the last look (at most once
+    /// per [`crate::session::REFRESH_INTERVAL`]). A writer's registry is always current.
+    pub(crate) fn refresh_registry(&self) -> Result<(), EngineError> {
+        if !self.options.read_only {
+            return Ok(());
+        }
+        let mut followed = lock(&self.followed);
+        let now = std::time::Instant::now();
+        if followed
+            .1
+            .is_some_and(|at| now.duration_since(at) < crate::session::REFRESH_INTERVAL)
+        {
+            return Ok(());
+        }
+        followed.1 = Some(now);
+        if !self.root_log.refresh()? {
+            return Ok(());
+        }
+        let mut reg = lock(&self.registry);
+        for item in self.root_log.scan(followed.0) {
+            let (loc, record, _) = item?;
+            let id = match register(self.root_log.dir(), &mut reg, &self.extras, loc, &record)? {
+                Registered::Session(r) => r.session_id,
+                Registered::Fork(r, _) => r.session_id,
+                Registered::Import(id) => id,
+            };
+            // New to Root-wide searches, as the writer's own registration is.
+            if let Some(e) = reg.sessions.get(&id) {
+                self.journal.record(&id, 0, &e.summary);
+            }
+        }
+        followed.0 = self.root_log.end();
+        Ok(())
+    }
+
     /// Session `id`, opened when it is not open; a failed open is remembered in the catalog
-    /// (listings show it) until an open succeeds.
+    /// (listings show it) until an open succeeds. A reader that does not know `id` looks at
+    /// the Root log once more first.
     pub(crate) fn session(&self, id: &str) -> Result<Arc<Session>, EngineError> {
+        if self.options.read_only && !lock(&self.registry).sessions.contains_key(id) {
+            self.refresh_registry()?;
+        }
         let opened = self.with_descriptors(|| self.session_once(id));
         // Only a failure costs a registry lookup here; a successful open clears the mark
         // where it opens (`session_once`), so requests on an open Session pay nothing.
@@ -810,7 +932,10 @@ impl Shared {
         if let Some(s) = guard.as_ref() {
             if !s.needs_reopen() {
                 s.touch(self.uses.fetch_add(1, Ordering::Relaxed));
-                return Ok(Arc::clone(s));
+                let s = Arc::clone(s);
+                drop(guard);
+                s.refresh()?;
+                return Ok(s);
             }
             // Its log refuses appends after a failed write or fdatasync, or a panic under one
             // of its locks may have left its indexes half updated: open it again from disk
@@ -834,6 +959,12 @@ impl Shared {
             }
             None => None,
         };
+        if self.options.read_only && !dir.is_dir() {
+            // Registered a moment ago: the writer is renaming its directory into place (or
+            // will, when it next opens the Root). Nothing to read yet, and nothing a reader
+            // may finish.
+            return Err(EngineError::Busy { path: dir });
+        }
         if imported && !dir.is_dir() && import_staging_dir(&self.dir, id).is_dir() {
             // Committed, but the rename into place failed or a crash came first.
             self.place(&import_staging_dir(&self.dir, id), id)?;
@@ -849,7 +980,8 @@ impl Shared {
                 "the Root log lists this Session but its directory is missing",
             ));
         }
-        let diags = self.extras.diags.of(id, &dir, self.log_config());
+        let read_only = self.options.read_only;
+        let diags = self.extras.diags.of(id, &dir, self.log_config(), read_only);
         let s = Arc::new(Session::open_with(
             id,
             &dir,
@@ -857,6 +989,7 @@ impl Shared {
             base,
             self.options.progress.clone(),
             diags,
+            read_only,
         )?);
         for (source, operation) in lock(&self.extras.forks).keys() {
             if source == id {
@@ -872,7 +1005,7 @@ impl Shared {
             summary,
             root: Arc::clone(&self.commits) as Arc<dyn crate::catalog::Commits>,
         });
-        if s.indexes_dirty() {
+        if s.indexes_dirty() && !read_only {
             // Its open replayed part of its log: the indexes have entries to sync.
             self.flusher.ensure_started();
         }

@@ -126,6 +126,26 @@ impl Root {
         })
     }
 
+    /// Opens a Root to read it beside the process that writes it (docs/format.md, "Readers
+    /// beside the writer"): no lock is taken and nothing is ever written, so the writer is
+    /// never kept out or slowed; every mutation answers [`EngineError::ReadOnly`]. Each read
+    /// first takes in what the writer committed since the last look (at most every few
+    /// milliseconds), so an acknowledged append is seen well within 100 ms.
+    pub fn open_read_only(dir: &Path) -> Result<Root, EngineError> {
+        Root::open_with(
+            dir,
+            RootOptions {
+                read_only: true,
+                ..RootOptions::default()
+            },
+        )
+    }
+
+    /// True for a Root opened read-only ([`Root::open_read_only`]).
+    pub fn is_read_only(&self) -> bool {
+        self.shared.options.read_only
+    }
+
     /// The Root directory.
     pub fn path(&self) -> &Path {
         &self.shared.dir
@@ -157,6 +177,7 @@ impl Root {
         &self,
         p: CreateSessionParams,
     ) -> Result<CreateSessionResult, EngineError> {
+        self.shared.writable()?;
         validate_id("operation", &p.operation)?;
         if let Some(id) = &p.session_id {
             validate_session_id(id)?;
@@ -252,6 +273,7 @@ impl Root {
     /// Every Session, in id order. A Session that cannot be opened is listed with its
     /// `damage` (and revision 0) instead of failing the listing.
     pub fn sessions(&self) -> Result<Vec<SessionInfo>, EngineError> {
+        self.shared.refresh_registry()?;
         let ids: Vec<String> = lock(&self.shared.registry)
             .sessions
             .keys()
@@ -274,6 +296,7 @@ impl Root {
             )));
         }
         let order = p.order.unwrap_or_default();
+        self.shared.refresh_registry()?;
         let mut listed: Vec<(String, Arc<Summary>)> = {
             let reg = lock(&self.shared.registry);
             reg.sessions
@@ -293,8 +316,14 @@ impl Root {
                 }
             }
             SessionOrder::LastActivity => {
+                let read_only = self.shared.options.read_only;
                 for (id, s) in &listed {
-                    s.fill_times(&sessions_dir.join(id));
+                    if read_only {
+                        // The writer's appends since the last look moved its files' times.
+                        s.follow_times(&sessions_dir.join(id));
+                    } else {
+                        s.fill_times(&sessions_dir.join(id));
+                    }
                 }
                 let mut keyed: Vec<_> = listed
                     .drain(..)
@@ -382,9 +411,11 @@ impl Root {
     fn fresh_detail(&self, id: &str, summary: &Summary, dir: &Path) -> Result<Detail, EngineError> {
         let at_ms = summary.last_ms.load(Ordering::Acquire);
         let known_damage = lock(&summary.damage).is_some();
+        // A reader learns of the writer's commits only from the Session itself.
+        let trusted = !self.shared.options.read_only;
         if let Some(d) = lock(&summary.detail)
             .as_ref()
-            .filter(|d| d.at_ms >= at_ms && !known_damage)
+            .filter(|d| trusted && d.at_ms >= at_ms && !known_damage)
         {
             return Ok(d.clone());
         }
@@ -409,6 +440,7 @@ impl Root {
 
     /// Gives the Session a title (a `titleSet` event): a mutation like the others.
     pub fn set_title(&self, p: SetTitleParams) -> Result<SequenceResult, EngineError> {
+        self.shared.writable()?;
         validate_id("operation", &p.operation)?;
         crate::validate::validate_title(&p.title)?;
         let s = self.session(&p.session_id)?;
@@ -447,6 +479,7 @@ impl Root {
     }
 
     pub fn append(&self, p: AppendParams) -> Result<AppendResult, EngineError> {
+        self.shared.writable()?;
         validate_id("operation", &p.operation)?;
         if p.events.is_empty() || p.events.len() > APPEND_EVENTS_MAX {
             return Err(EngineError::invalid(format!(
@@ -504,6 +537,7 @@ impl Root {
     }
 
     pub fn send(&self, p: SendParams) -> Result<SendResult, EngineError> {
+        self.shared.writable()?;
         validate_id("operation", &p.operation)?;
         if p.attachments.len() > SEND_ATTACHMENTS_MAX {
             return Err(EngineError::invalid(format!(
@@ -589,6 +623,7 @@ impl Root {
     /// Writes `stopRequested` for an admitted invocation. Unknown invocation: NotFound; an
     /// already settled one: Conflict.
     pub fn stop(&self, p: StopParams) -> Result<SequenceResult, EngineError> {
+        self.shared.writable()?;
         validate_id("operation", &p.operation)?;
         validate_id("invocation", &p.invocation)?;
         let s = self.session(&p.session_id)?;
@@ -621,6 +656,7 @@ impl Root {
 
     /// Answers a pending interaction. Unknown id: NotFound; already resolved: Conflict.
     pub fn respond(&self, p: RespondParams) -> Result<SequenceResult, EngineError> {
+        self.shared.writable()?;
         validate_id("operation", &p.operation)?;
         validate_id("interactionId", &p.interaction_id)?;
         let s = self.session(&p.session_id)?;
@@ -719,6 +755,7 @@ impl Root {
         &self,
         p: crate::search_root::SearchRootParams,
     ) -> Result<crate::search_root::SearchRootPage, EngineError> {
+        self.shared.refresh_registry()?;
         crate::search_root::search_root(&self.shared, &p)
     }
 
@@ -942,6 +979,10 @@ fn reused(operation: &str) -> EngineError {
 
 impl Drop for Root {
     fn drop(&mut self) {
+        if self.shared.options.read_only {
+            // A reader wrote nothing, so it has nothing to save.
+            return;
+        }
         *lock(&self.shared.stop) = true;
         self.shared.stop_signal.notify_all();
         self.shared.flusher.join();

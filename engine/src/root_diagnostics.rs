@@ -21,6 +21,7 @@ impl Root {
         &self,
         p: RecordDiagnosticParams,
     ) -> Result<RecordDiagnosticResult, EngineError> {
+        self.shared.writable()?;
         validate_id("operation", &p.operation)?;
         validate_id("invocation", &p.invocation)?;
         validate_cause(&p.cause)?;

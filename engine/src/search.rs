@@ -371,7 +371,7 @@ impl Session {
                 // A damaged saved tail: this batch's rows are checked one by one, and the
                 // next search rebuilds the tail from the log.
                 Err(_) => {
-                    t.base_damaged();
+                    t.base_damaged(self.is_read_only());
                     every_row(row, first, end)
                 }
             },
@@ -463,7 +463,7 @@ impl Session {
                 }
             }
             if tail.for_each_trigram(&mut *add).is_err() {
-                tail.base_damaged();
+                tail.base_damaged(self.is_read_only());
                 damaged = true;
             }
             // Titles are searched too, and are in no postings: their trigrams as a field's.

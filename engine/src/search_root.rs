@@ -535,8 +535,12 @@ fn sessions_in_scope(
         entries.retain(|(_, e)| e.workspace == scope.workspace);
     }
     let sessions_dir = sh.dir.join(SESSIONS_DIR);
+    let read_only = sh.options.read_only;
     for (id, e) in &entries {
-        if e.summary.times_unknown() {
+        if read_only {
+            // The writer's appends since the last look moved its files' times.
+            e.summary.follow_times(&sessions_dir.join(id));
+        } else if e.summary.times_unknown() {
             e.summary.fill_times(&sessions_dir.join(id));
         }
     }
@@ -561,9 +565,11 @@ fn sessions_in_scope(
                         Some(c) => c.previous_last_ms,
                         None => {
                             // Unchanged since the fence: a filter it has covers it as of the
-                            // fence (a commit clears it before it is journaled).
-                            let ruled_out =
-                                lock(&s.filter).as_ref().is_some_and(|f| !f.may_match(plan));
+                            // fence (a commit clears it before it is journaled). A reader
+                            // learns of the writer's commits only when it reads the Session,
+                            // so its filters may be behind: it searches every Session.
+                            let ruled_out = !read_only
+                                && lock(&s.filter).as_ref().is_some_and(|f| !f.may_match(plan));
                             if ruled_out {
                                 return None;
                             }

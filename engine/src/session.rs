@@ -500,18 +500,62 @@ pub(crate) struct Session {
     /// A layered fork's source (the object its base reads through), so that the fork is
     /// opened again with a fresh source when the source must be (see `needs_reopen`).
     source: Option<Arc<Session>>,
+    /// Opened by a reader beside the Root's writer: nothing of it is ever written, and
+    /// [`Session::refresh`] takes in what the writer commits.
+    read_only: bool,
+    /// How far a read-only Session has taken in its log, and when it last looked; its lock
+    /// serialises refreshes.
+    followed: Mutex<Followed>,
 }
+
+/// See [`Session::followed`].
+#[derive(Debug, Default)]
+struct Followed {
+    /// The log's end that the indexes and state cover.
+    end: Location,
+    /// When the log was last asked for more.
+    at: Option<std::time::Instant>,
+}
+
+/// How often a read-only Session asks its log for what the writer added (at most; a call
+/// that comes sooner answers from what was taken in): well under the 100 ms within which a
+/// reader sees every acknowledged append.
+pub(crate) const REFRESH_INTERVAL: std::time::Duration = std::time::Duration::from_millis(5);
 
 fn lock_cache(m: &Mutex<EventCache>) -> MutexGuard<'_, EventCache> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn open_index(path: &Path, tag: [u8; 4], width: u32) -> Result<(FixedIndex, bool), EngineError> {
-    match FixedIndex::open(path, tag, width) {
-        Ok(ix) if ix.cut_bytes() == 0 => Ok((ix, false)),
-        // Missing, damaged, foreign, torn: derived data, so start it over.
-        _ => Ok((FixedIndex::create(path, tag, width)?, true)),
-    }
+/// An existing index file, opened to be written (`read_only` false) or read into memory
+/// beside its writer; `None` when it is missing or refused (the caller starts it over).
+fn open_index(path: &Path, tag: [u8; 4], width: u32, read_only: bool) -> Option<FixedIndex> {
+    let ix = if read_only {
+        FixedIndex::open_detached(path, tag, width)
+    } else {
+        FixedIndex::open(path, tag, width)
+    };
+    ix.ok()
+}
+
+/// A new empty index in place of `path`'s (in memory only when `read_only`).
+fn fresh_index(
+    path: &Path,
+    tag: [u8; 4],
+    width: u32,
+    read_only: bool,
+) -> Result<FixedIndex, EngineError> {
+    Ok(if read_only {
+        FixedIndex::empty_detached(path, tag, width)?
+    } else {
+        FixedIndex::create(path, tag, width)?
+    })
+}
+
+/// True when an opened index can be taken as it is: a writer's must be whole (a torn tail was
+/// cut by the open, so it is started over); a reader's holds the whole entries found, the
+/// writer may be writing the next one right now.
+fn whole(ix: &FixedIndex) -> bool {
+    ix.is_detached() || ix.cut_bytes() == 0
 }
 
 pub(crate) fn log_config(durability: Durability) -> LogConfig {
@@ -564,17 +608,18 @@ impl Session {
         base: Option<Base>,
         progress: ProgressSink,
         diags: Arc<DiagLog>,
+        read_only: bool,
     ) -> Result<Session, EngineError> {
         let seq_path = dir.join("seq.idx");
-        let seq_opened = FixedIndex::open(&seq_path, SEQ_TAG, SEQ_ENTRY_BYTES).ok();
+        let seq_opened = open_index(&seq_path, SEQ_TAG, SEQ_ENTRY_BYTES, read_only);
         let receipt_path = dir.join("receipt.idx");
-        let receipts_found = FixedIndex::open(&receipt_path, RECEIPT_TAG, RECEIPT_ENTRY_BYTES).ok();
-        let referenced = if config.durability == Durability::Sync {
+        let receipts_found = open_index(&receipt_path, RECEIPT_TAG, RECEIPT_ENTRY_BYTES, read_only);
+        let referenced = if config.durability == Durability::Sync && !read_only {
             Self::referenced(seq_opened.as_ref(), receipts_found.as_ref())
         } else {
             None
         };
-        let seq_found = seq_opened.filter(|ix| ix.cut_bytes() == 0);
+        let seq_found = seq_opened.filter(whole);
         let (state, cover) = State::load_covering(&dir.join("state.ckpt")).unwrap_or_default();
         // The checkpoint's last event was durable in the log when the checkpoint was written
         // (`sync_indexes` syncs the log first), so the log need only check what follows it.
@@ -586,20 +631,34 @@ impl Session {
             Some(entry_loc(e, 0))
         });
         let log_dir = dir.join("log");
-        let (log, recovery) = Log::open_referenced(&log_dir, config, mark, referenced)?;
+        let (log, recovery) = if read_only {
+            let log = Log::open_read_only(&log_dir, config, mark)?;
+            (log, logbook_log::Recovery::default())
+        } else {
+            Log::open_referenced(&log_dir, config, mark, referenced)?
+        };
         let cut = crate::params::CutNote::of(Some(id), &recovery);
         let (seq, f1) = match seq_found {
             Some(ix) => (ix, false),
             None => (
-                FixedIndex::create(&seq_path, SEQ_TAG, SEQ_ENTRY_BYTES)?,
+                fresh_index(&seq_path, SEQ_TAG, SEQ_ENTRY_BYTES, read_only)?,
                 true,
             ),
         };
-        let (rows, f2) = open_index(&dir.join("row.idx"), ROW_TAG, ROW_ENTRY_BYTES)?;
-        let (receipts, f3) = match receipts_found.filter(|ix| ix.cut_bytes() == 0) {
+        let rows_path = dir.join("row.idx");
+        let (rows, f2) =
+            match open_index(&rows_path, ROW_TAG, ROW_ENTRY_BYTES, read_only).filter(whole) {
+                Some(ix) => (ix, false),
+                // Missing, damaged, foreign, torn: derived data, so start it over.
+                None => (
+                    fresh_index(&rows_path, ROW_TAG, ROW_ENTRY_BYTES, read_only)?,
+                    true,
+                ),
+            };
+        let (receipts, f3) = match receipts_found.filter(whole) {
             Some(ix) => (ix, false),
             None => (
-                FixedIndex::create(&receipt_path, RECEIPT_TAG, RECEIPT_ENTRY_BYTES)?,
+                fresh_index(&receipt_path, RECEIPT_TAG, RECEIPT_ENTRY_BYTES, read_only)?,
                 true,
             ),
         };
@@ -623,7 +682,7 @@ impl Session {
             dirty: AtomicBool::new(false),
             damaged: Arc::new(AtomicBool::new(false)),
             cache: Mutex::new(EventCache::default()),
-            search: SearchIndex::new(dir),
+            search: SearchIndex::new(dir, read_only),
             fork_ops: Mutex::new(HashSet::new()),
             patch_ids: Mutex::new(None),
             diags,
@@ -636,8 +695,11 @@ impl Session {
             failed: AtomicBool::new(false),
             last_use: AtomicU64::new(0),
             source,
+            read_only,
+            followed: Mutex::new(Followed::default()),
         };
         session.replay_tail(start)?;
+        session.followed.lock().expect("fresh lock").end = session.log.end();
         {
             // Damage found by the open itself was repaired above (the indexes were cut back or
             // rebuilt); an entry found damaged from now on takes the Session out of service,
@@ -730,12 +792,24 @@ impl Session {
     }
 
     fn replay_tail(&self, from: Option<(Location, u64)>) -> Result<(), EngineError> {
+        match from {
+            Some((loc, r)) => self.replay(loc, true, Some(r)),
+            None => self.replay(self.log.start(), false, Some(0)),
+        }
+    }
+
+    /// Takes the log's records from `start` on into the indexes and state (skipping the one
+    /// at `start` when `skip_first`: it is covered already); receipts are compared with the
+    /// index's from entry `receipt_at` on (`None`: appended after the ones it holds).
+    fn replay(
+        &self,
+        start: Location,
+        skip_first: bool,
+        receipt_at: Option<u64>,
+    ) -> Result<(), EngineError> {
         let segment_bytes = self.log.segment_bytes_max();
         let mut inner = self.write();
-        let (start, skip_first, mut receipt_at) = match from {
-            Some((loc, r)) => (loc, true, r),
-            None => (self.log.start(), false, 0),
-        };
+        let mut receipt_at = receipt_at.unwrap_or_else(|| inner.receipts.len());
         let log_path = self.log.dir().to_owned();
         let mut replayed = !skip_first;
         let mut replayed_bytes = 0u64;
@@ -975,6 +1049,10 @@ impl Session {
     /// nothing and indexes nothing again. Best effort: everything here is derived from the
     /// log, so what fails is rebuilt by that open.
     pub(crate) fn close(&self, close: &Closing) {
+        if self.read_only {
+            // Nothing of it is written: its memory goes with it.
+            return;
+        }
         let _ = self.sync_indexes(Checkpoint::Close);
         self.refresh_filter_if_indexed();
         self.save_search_tail(close, false);
@@ -1251,6 +1329,11 @@ impl Session {
     /// map or the indexes short of a batch the log holds: a retry would then write the same
     /// sequence again. So a poisoned lock marks the Session failed and refuses.
     fn writer(&self) -> Result<MutexGuard<'_, Option<ReceiptMap>>, EngineError> {
+        if self.read_only {
+            return Err(EngineError::ReadOnly {
+                path: self.dir.clone(),
+            });
+        }
         self.check_live()?;
         let guard = self
             .writer
@@ -1559,6 +1642,9 @@ impl Session {
         ended: &AtomicBool,
     ) -> u64 {
         let deadline = std::time::Instant::now() + timeout;
+        if self.read_only {
+            return self.poll_for(after, deadline, ended);
+        }
         let mut rev = self.revision.lock().unwrap_or_else(|p| p.into_inner());
         // `ended` is read under the revision lock, and `wake_waiters` takes that lock after
         // it is set, so a waiter either sees it here or is already waiting when notified.
@@ -1574,6 +1660,63 @@ impl Session {
                 .0;
         }
         *rev
+    }
+
+    /// [`Session::wait_for`] of a read-only Session: nobody here commits, so it looks at the
+    /// log every [`REFRESH_INTERVAL`] until the revision passes `after`, the deadline comes or
+    /// the waits end.
+    fn poll_for(&self, after: u64, deadline: std::time::Instant, ended: &AtomicBool) -> u64 {
+        loop {
+            // A failed look is answered by the next read; the wait goes on.
+            let _ = self.refresh();
+            let rev = *self.revision.lock().unwrap_or_else(|p| p.into_inner());
+            let now = std::time::Instant::now();
+            if rev > after || ended.load(Ordering::Acquire) || now >= deadline {
+                return rev;
+            }
+            std::thread::sleep(REFRESH_INTERVAL.min(deadline - now));
+        }
+    }
+
+    /// True for a Session opened by a reader beside the Root's writer.
+    pub(crate) fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// For a read-only Session: takes in the mutations its writer committed since the last
+    /// look (whole log batches, so whole mutations), at most once per [`REFRESH_INTERVAL`].
+    /// Its indexes and state grow in memory, its revision moves, its waiters wake and its
+    /// catalog entry learns of the activity. A Session that writes has nothing to refresh.
+    pub(crate) fn refresh(&self) -> Result<(), EngineError> {
+        if !self.read_only {
+            return Ok(());
+        }
+        let mut followed = self.followed.lock().unwrap_or_else(|p| p.into_inner());
+        let now = std::time::Instant::now();
+        if followed
+            .at
+            .is_some_and(|at| now.duration_since(at) < REFRESH_INTERVAL)
+        {
+            return Ok(());
+        }
+        followed.at = Some(now);
+        if !self.log.refresh()? {
+            return Ok(());
+        }
+        let first = self.read().state.revision + 1;
+        self.replay(followed.end, false, None)?;
+        followed.end = self.log.end();
+        let inner = self.write();
+        let rev = inner.state.revision;
+        if rev >= first {
+            if let Some(a) = self.activity.get() {
+                a.committed(&self.id, first);
+            }
+            *self.revision.lock().unwrap_or_else(|p| p.into_inner()) = rev;
+            self.appended.notify_all();
+        }
+        drop(inner);
+        Ok(())
     }
 
     /// Wakes every `watch` and `watchDiagnostics` waiting on this Session, so each checks
@@ -1694,6 +1837,9 @@ impl Session {
     /// and published under the write lock (a few map calls). Syncs of one Session are
     /// serialised by `sync`, which no reader or writer takes.
     pub(crate) fn sync_indexes(&self, checkpoint: Checkpoint) -> Result<(), EngineError> {
+        if self.read_only {
+            return Ok(());
+        }
         if self.damaged.load(Ordering::Acquire) || self.failed.load(Ordering::Acquire) {
             return Ok(());
         }

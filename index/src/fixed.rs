@@ -333,25 +333,12 @@ impl FixedIndex {
     /// the memory; [`FixedIndex::sync`] is refused. A missing file is an empty index. A
     /// foreign or damaged header is refused as by [`FixedIndex::open`].
     pub fn open_detached(path: &Path, tag: [u8; 4], width: u32) -> Result<FixedIndex, IndexError> {
-        check_width(width)?;
         let bytes = match std::fs::read(path) {
             Ok(b) => b,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(IndexError::io(path, "read", e)),
         };
-        let mut ix = FixedIndex {
-            path: path.to_path_buf(),
-            file: None,
-            tag,
-            width,
-            map: None,
-            durable: 0,
-            tail: Vec::new(),
-            cut_bytes: 0,
-            poisoned: false,
-            generation: 0,
-            damage: None,
-        };
+        let mut ix = FixedIndex::empty_detached(path, tag, width)?;
         if bytes.is_empty() {
             return Ok(ix);
         }
@@ -374,6 +361,25 @@ impl FixedIndex {
         ix.cut_bytes = (body.len() - keep) as u64;
         ix.tail = body[..keep].to_vec();
         Ok(ix)
+    }
+
+    /// An empty detached index (see [`FixedIndex::open_detached`]): the reader's own
+    /// rebuild of an index whose file it cannot trust. Reads nothing.
+    pub fn empty_detached(path: &Path, tag: [u8; 4], width: u32) -> Result<FixedIndex, IndexError> {
+        check_width(width)?;
+        Ok(FixedIndex {
+            path: path.to_path_buf(),
+            file: None,
+            tag,
+            width,
+            map: None,
+            durable: 0,
+            tail: Vec::new(),
+            cut_bytes: 0,
+            poisoned: false,
+            generation: 0,
+            damage: None,
+        })
     }
 
     /// True for an index made by [`FixedIndex::open_detached`].

@@ -156,7 +156,7 @@ impl LogConfig {
 
 /// Where a record starts: its segment and the offset of its frame in the segment's logical
 /// (uncompressed) byte stream. Stable forever, also after the segment is sealed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Location {
     /// Segment number.
     pub segment: u64,

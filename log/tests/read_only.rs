@@ -79,7 +79,10 @@ fn a_reader_follows_a_writer_through_rolls_and_seals() {
         reader.refresh().unwrap();
         let got = all(&reader);
         // Whole batches only, and never fewer records than before.
-        assert!(got.last().is_none_or(|r| r.3), "a reader ends on a batch end");
+        assert!(
+            got.last().is_none_or(|r| r.3),
+            "a reader ends on a batch end"
+        );
         assert!(got.len() >= seen);
         seen = got.len();
         if finished {

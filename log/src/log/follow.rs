@@ -113,10 +113,7 @@ impl Log {
                 found.insert(n);
             }
         }
-        let (Some(first), Some(last)) = (
-            found.first().copied(),
-            found.last().copied(),
-        ) else {
+        let (Some(first), Some(last)) = (found.first().copied(), found.last().copied()) else {
             return Err(LogError::NoLog {
                 path: dir.to_path_buf(),
             });
