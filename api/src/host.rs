@@ -57,6 +57,13 @@ impl Host {
         Ok(Host::with_root(Root::open(root)?))
     }
 
+    /// Opens a Root as a reader beside the process that writes it: no lock, nothing written,
+    /// the writer's commits seen on the next read (within 100 ms); every mutation answers
+    /// `permission_denied` (see `logbook_engine::Root::open_read_only`).
+    pub fn open_read_only(root: &Path) -> Result<Host, ApiError> {
+        Ok(Host::with_root(Root::open_read_only(root)?))
+    }
+
     /// Opens a Root, creating it first when the directory is absent or empty.
     pub fn open_or_init(root: &Path) -> Result<Host, ApiError> {
         Ok(Host::with_root(Root::open_or_init(root)?))

@@ -259,6 +259,10 @@ impl Root {
             source.add_fork_op(&p.operation);
             Ok(result)
         })?;
+        // Its directory now (the first open makes it), outside the source's locks, so that a
+        // reader beside this writer can read the fork at once. Should this fail, the fork's
+        // next use makes it, as after a crash here.
+        let _ = sh.session(&result.session_id);
         Ok(result)
     }
 

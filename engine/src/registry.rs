@@ -952,7 +952,7 @@ impl Shared {
             Some(b) => {
                 self.check_chain(id, &b.session_id)?;
                 let source = self.session(&b.session_id)?;
-                if !dir.is_dir() {
+                if !dir.is_dir() && !self.options.read_only {
                     self.make_fork_dir(id)?;
                 }
                 Some(crate::session::Base::open(&dir, source, b.through)?)
@@ -1048,6 +1048,9 @@ impl Shared {
     /// `sessions/.fork-<id>` (a half-made one from a crash is removed first), synced, renamed
     /// into place, `sessions/` synced. Everything in it is derived from the Root log record.
     fn make_fork_dir(&self, id: &str) -> Result<(), EngineError> {
+        // A staging directory may be left by a crash below: the catalog snapshot goes first,
+        // so the next open knows the end was not clean and clears it away.
+        self.snapshot.before_change()?;
         let sessions = self.dir.join(SESSIONS_DIR);
         let staging = fork_staging_dir(&self.dir, id);
         if staging.exists() {

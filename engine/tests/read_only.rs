@@ -13,6 +13,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+const SEEN_WITHIN: Duration = Duration::from_secs(2);
+
 fn send(root: &Root, sid: &str, op: &str, text: &str) -> u64 {
     root.send(SendParams {
         session_id: sid.into(),
@@ -57,7 +59,10 @@ fn tree(dir: &Path) -> BTreeMap<String, (u64, std::time::SystemTime)> {
     out
 }
 
-/// Waits until `f` holds, for at most `max`; returns how long it took.
+/// Waits until `f` holds, for at most `max`; returns how long it took. The bounds here are
+/// loose (a loaded test machine may stall a thread for a while): the 100 ms promise is
+/// measured, as a percentile, by `api/tests/read_only.rs`.
+#[track_caller]
 fn within(max: Duration, mut f: impl FnMut() -> bool) -> Duration {
     let t = Instant::now();
     while !f() {
@@ -89,9 +94,7 @@ fn a_reader_sees_the_writers_commits_and_changes_nothing() {
         "op-2",
         "a second message mentions compaction",
     );
-    let took = within(Duration::from_millis(100), || {
-        reader.revision("s1").unwrap() >= seq
-    });
+    let took = within(SEEN_WITHIN, || reader.revision("s1").unwrap() >= seq);
     eprintln!("append seen after {took:?}");
     assert_eq!(
         hist(&reader, "s1", Some(seq), None, 100, Direction::Forward),
@@ -103,9 +106,7 @@ fn a_reader_sees_the_writers_commits_and_changes_nothing() {
     );
     create(&writer, "s2");
     send(&writer, "s2", "op-3", "another conversation");
-    within(Duration::from_millis(100), || {
-        reader.revision("s2").is_ok_and(|r| r >= 2)
-    });
+    within(SEEN_WITHIN, || reader.revision("s2").is_ok_and(|r| r >= 2));
     writer
         .set_title(SetTitleParams {
             session_id: "s1".into(),
@@ -113,7 +114,7 @@ fn a_reader_sees_the_writers_commits_and_changes_nothing() {
             title: "Tombstones".into(),
         })
         .unwrap();
-    within(Duration::from_millis(100), || {
+    within(SEEN_WITHIN, || {
         reader
             .sessions_page(SessionsParams::default())
             .unwrap()
@@ -128,7 +129,7 @@ fn a_reader_sees_the_writers_commits_and_changes_nothing() {
         .into_iter()
         .map(|s| s.session_id)
         .collect();
-    assert_eq!(listed.len(), 2);
+    assert_eq!(listed.len(), 2, "{listed:?}");
     let all = reader
         .search_root(SearchRootParams {
             query: "conversation".into(),
@@ -140,6 +141,55 @@ fn a_reader_sees_the_writers_commits_and_changes_nothing() {
         })
         .unwrap();
     assert_eq!(all.hits.len(), 1, "{all:?}");
+
+    // A layered fork made by the writer reads the same through the reader.
+    create(&writer, "s3");
+    append(
+        &writer,
+        "s3",
+        "op-turn",
+        r#"[{"kind":"userMessage","invocation":"i1","text":"words to fork","attachments":[]},
+            {"kind":"turnSettled","invocation":"i1","outcome":"completed"}]"#,
+    )
+    .unwrap();
+    let fork = writer
+        .fork(ForkParams {
+            session_id: "s3".into(),
+            operation: "op-fork".into(),
+            from: ForkFrom::All,
+            revision: writer.revision("s3").unwrap(),
+        })
+        .unwrap();
+    let f1 = fork.session_id.as_str();
+    within(SEEN_WITHIN, || reader.revision(f1).is_ok());
+    assert_eq!(
+        hist(&reader, f1, None, None, 100, Direction::Forward),
+        hist(&writer, f1, None, None, 100, Direction::Forward)
+    );
+
+    // A watch on the reader wakes for the writer's append.
+    let rev = reader.revision("s2").unwrap();
+    let waiter = std::thread::scope(|scope| {
+        let w = scope.spawn(|| {
+            reader
+                .watch(WatchParams {
+                    session_id: "s2".into(),
+                    after: Some(rev),
+                    timeout_ms: Some(5_000),
+                })
+                .unwrap()
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        send(&writer, "s2", "op-watch", "wakes the watch");
+        let t = Instant::now();
+        let r = w.join().unwrap();
+        (r, t.elapsed())
+    });
+    assert!(
+        waiter.0.events.iter().any(|e| e.sequence > rev),
+        "{waiter:?}"
+    );
+    assert!(waiter.1 < SEEN_WITHIN, "{waiter:?}");
 
     // Every mutation is refused, and names why.
     let refused = reader
@@ -165,9 +215,7 @@ fn a_reader_sees_the_writers_commits_and_changes_nothing() {
     let writer = Root::open(dir.path()).unwrap();
     send(&writer, "s1", "op-7", "after the writer came back");
     drop(writer);
-    within(Duration::from_millis(100), || {
-        reader.revision("s1").unwrap() >= 5
-    });
+    within(SEEN_WITHIN, || reader.revision("s1").unwrap() >= 5);
 
     // With the writer gone, reading changes no file.
     let files = tree(dir.path());
@@ -233,9 +281,7 @@ fn a_reader_under_load_answers_the_writers_pages() {
     for s in 0..4 {
         let sid = format!("s{s}");
         let rev = writer.revision(&sid).unwrap();
-        within(Duration::from_millis(100), || {
-            reader.revision(&sid).unwrap() == rev
-        });
+        within(SEEN_WITHIN, || reader.revision(&sid).unwrap() == rev);
         assert_eq!(
             hist(&reader, &sid, None, None, 1000, Direction::Forward),
             hist(&writer, &sid, None, None, 1000, Direction::Forward)

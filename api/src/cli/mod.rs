@@ -32,6 +32,11 @@ pub struct Args {
     /// Print answers exactly as the wire has them (JSON).
     #[arg(long, global = true)]
     json: bool,
+    /// Open the Root as a reader beside the process that writes it (a running host or
+    /// `logbook serve`): no lock is taken and nothing is written, appends show up within
+    /// 100 ms, and commands that would change the Root fail with permission_denied.
+    #[arg(long, global = true)]
+    read_only: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -291,6 +296,12 @@ impl Ctx {
 
 pub fn run(args: Args) -> Result<(), ApiError> {
     let root = logbook_api::default_root(args.root);
+    if args.read_only && matches!(args.command, Command::Init | Command::Demo) {
+        return Err(ApiError::new(
+            ErrorCode::InvalidArgument,
+            "--read-only opens an existing Root to read it; init and demo write one",
+        ));
+    }
     match args.command {
         Command::Init => {
             logbook_engine::Root::init(&root)?;
@@ -301,11 +312,16 @@ pub fn run(args: Args) -> Result<(), ApiError> {
             // Notices (a torn tail cut on open) go to standard error; the wire stays clean.
             let options = logbook_engine::RootOptions {
                 progress: logbook_engine::ProgressSink::new(Arc::new(progress::Notices)),
+                read_only: args.read_only,
                 ..logbook_engine::RootOptions::default()
             };
-            let host = Arc::new(Host::with_root(logbook_engine::Root::open_or_init_with(
-                &root, options,
-            )?));
+            let opened = if args.read_only {
+                existing_root(&root)?;
+                logbook_engine::Root::open_with(&root, options)
+            } else {
+                logbook_engine::Root::open_or_init_with(&root, options)
+            };
+            let host = Arc::new(Host::with_root(opened?));
             let stdin = io::stdin().lock();
             logbook_api::serve::serve(host, stdin, Box::new(io::stdout()))
                 .map_err(|err| ApiError::new(ErrorCode::Io, format!("serve: {err}")))
@@ -326,23 +342,18 @@ pub fn run(args: Args) -> Result<(), ApiError> {
         command => {
             let options = logbook_engine::RootOptions {
                 progress: logbook_engine::ProgressSink::new(Arc::new(progress::Bars::default())),
+                read_only: args.read_only,
                 ..logbook_engine::RootOptions::default()
             };
             // Only the commands that start Sessions make a Root; the others work on Sessions
-            // that must already exist, so a mistyped `--root` is an error, not a new Root.
+            // that must already exist, so a mistyped `--root` is an error, not a new Root. A
+            // reader makes nothing.
             let creates = matches!(command, Command::New { .. } | Command::Import { .. });
-            let opened = if creates {
+            let opened = if creates && !args.read_only {
                 logbook_engine::Root::open_or_init_with(&root, options)
-            } else if root.join("logbook.root").exists() || root.join("root-log").exists() {
-                logbook_engine::Root::open_with(&root, options)
             } else {
-                return Err(ApiError::new(
-                    ErrorCode::NotFound,
-                    format!(
-                        "no Root at {} (make one with `logbook init` or `logbook new`, or name it with --root or LOGBOOK_ROOT)",
-                        root.display()
-                    ),
-                ));
+                existing_root(&root)?;
+                logbook_engine::Root::open_with(&root, options)
             };
             let ctx = Ctx {
                 host: Host::with_root(opened?),
@@ -351,6 +362,20 @@ pub fn run(args: Args) -> Result<(), ApiError> {
             run_command(&ctx, command)
         }
     }
+}
+
+/// `not_found` unless a Root is at `root` (commands that make no Root never make one).
+fn existing_root(root: &std::path::Path) -> Result<(), ApiError> {
+    if root.join("logbook.root").exists() || root.join("root-log").exists() {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        ErrorCode::NotFound,
+        format!(
+            "no Root at {} (make one with `logbook init` or `logbook new`, or name it with --root or LOGBOOK_ROOT)",
+            root.display()
+        ),
+    ))
 }
 
 fn demo_entry(root: &std::path::Path) -> Result<(), ApiError> {

@@ -33,6 +33,13 @@ impl Server {
         Server::spawn(command)
     }
 
+    /// Starts `logbook serve --read-only --root ROOT`: a reader beside the writer.
+    pub fn start_read_only(root: &Path) -> Server {
+        let mut command = Command::new(bin());
+        command.args(["serve", "--read-only", "--root"]).arg(root);
+        Server::spawn(command)
+    }
+
     /// Starts `logbook serve --root ROOT` whose files may grow to at most `bytes` each:
     /// a longer write fails with EFBIG (SIGXFSZ is ignored), as a full disk would fail it.
     pub fn start_with_file_size_limit(root: &Path, bytes: u64) -> Server {

@@ -48,8 +48,27 @@ fn complete_end(f: &dyn IoFile, path: &Path, n: u64, from: u64) -> Result<u64, L
     if len <= from {
         return Ok(from);
     }
-    let data = read_range(f, path, from, len)?;
+    let data = read_available(f, path, from, len)?;
     Ok(walk_at(n, &data, from).good_end)
+}
+
+/// Bytes `[from, to)` of `f`, or fewer when the file ends sooner: its writer may have given
+/// back the zeros at its end since its length was looked at.
+fn read_available(f: &dyn IoFile, path: &Path, from: u64, to: u64) -> Result<Vec<u8>, LogError> {
+    let n = usize::try_from(to - from)
+        .map_err(|_| LogError::corrupt(path, from, "segment larger than the address space"))?;
+    let mut data = vec![0u8; n];
+    let mut got = 0;
+    while got < n {
+        match f.read_at(&mut data[got..], from + got as u64) {
+            Ok(0) => break,
+            Ok(k) => got += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(LogError::io(path, "read", e)),
+        }
+    }
+    data.truncate(got);
+    Ok(data)
 }
 
 /// The logical length of active segment `n` that is no longer the newest: the writer synced it
