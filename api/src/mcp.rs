@@ -94,7 +94,8 @@ fn open_root(root: &Path) -> Result<Host, ApiError> {
 }
 
 /// Serves MCP on standard input and output until the input ends, reading the Root at `root`
-/// (which must exist: nothing is created). The tokio runtime lives and dies here.
+/// (which must exist: nothing is created). Input that ends before any message is a quiet
+/// end, not an error. The tokio runtime lives and dies here.
 pub fn serve_stdio(root: &Path) -> Result<(), ApiError> {
     let tools = Arc::new(Tools::with_host(open_root(root)?));
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -102,10 +103,18 @@ pub fn serve_stdio(root: &Path) -> Result<(), ApiError> {
         .build()
         .map_err(|e| ApiError::new(ErrorCode::Io, format!("mcp: cannot start a runtime: {e}")))?;
     let served = runtime.block_on(async move {
-        let service = Server::new(tools)
-            .serve(rmcp::transport::stdio())
-            .await
-            .map_err(|e| ApiError::new(ErrorCode::Io, format!("mcp: initialisation: {e}")))?;
+        let service = match Server::new(tools).serve(rmcp::transport::stdio()).await {
+            Ok(service) => service,
+            // The input ended before a client said anything: nothing to serve, as `serve`
+            // exits at the end of its input.
+            Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => return Ok(()),
+            Err(e) => {
+                return Err(ApiError::new(
+                    ErrorCode::Io,
+                    format!("mcp: initialisation: {e}"),
+                ))
+            }
+        };
         service
             .waiting()
             .await

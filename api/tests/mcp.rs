@@ -358,6 +358,21 @@ fn a_missing_root_is_an_error_and_is_not_made() {
     assert!(!root.exists(), "logbook mcp never makes a Root");
 }
 
+#[test]
+fn input_that_ends_at_once_is_a_quiet_exit() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    build_root(&root);
+    let out = Command::new(bin())
+        .args(["mcp", "--root"])
+        .arg(&root)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(out.stdout.is_empty() && out.stderr.is_empty(), "{out:?}");
+}
+
 /// Whether `python3` can import the MCP SDK; the reason when not.
 fn python_sdk() -> Result<(), String> {
     match Command::new("python3")

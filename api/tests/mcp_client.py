@@ -4,11 +4,12 @@ Usage: python3 api/tests/mcp_client.py LOGBOOK_BINARY ROOT
 
 `api/tests/mcp.rs` builds ROOT with the Host API and runs this script; the Sessions it
 holds are described there (`build_root`). The script starts `LOGBOOK_BINARY mcp --root ROOT`
-through `mcp.client.stdio.stdio_client`, initialises a `ClientSession`, and checks every
-tool as a model would use it: the answers hold the expected text, long fields are cut with a
+through `mcp.client.stdio.stdio_client`, initialises a `ClientSession` (the handshake of
+2025-11-25), and checks every tool as a model would use it: the answers hold the expected text, long fields are cut with a
 note, and following the "call ... with {...}" line each answer ends with reaches every row,
 hit and Session exactly once. It prints "mcp_client: all checks passed" at the end and exits
-non-zero (an assertion) at the first check that fails.
+non-zero (an assertion) at the first check that fails. A second connection speaks the
+2026-07-28 revision (`server/discover`, no handshake) and checks the tools again.
 """
 
 import asyncio
@@ -205,6 +206,15 @@ async def main(binary, root):
             await check_history(session)
             await check_source(session)
             await check_errors(session)
+    # The 2026-07-28 revision has no handshake: the client asks `server/discover` and then
+    # names the version in each request.
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            await session.discover()
+            assert session.protocol_version == "2026-07-28", session.protocol_version
+            await check_tools(session)
+            await check_list_sessions(session)
+            await fails(session, "read_history", {"sessionId": "nope"}, "not_found")
     print("mcp_client: all checks passed")
 
 
