@@ -29,7 +29,6 @@
 //! logbook_api::mcp::serve_stdio(std::path::Path::new("/home/me/.logbook")).unwrap();
 //! ```
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::path::Path;
 use std::sync::Arc;
@@ -405,6 +404,54 @@ impl Tools {
     /// `search_sessions`: hits over the Root, grouped by Session, each with a snippet.
     pub fn search_sessions(&self, a: SearchSessionsArgs) -> Result<String, ApiError> {
         let (want, mut out) = bounded("limit", a.limit, SEARCH_HITS_DEFAULT, SEARCH_HITS_MAX)?;
+        let (hits, after) = self.collect_hits(&a, want)?;
+        let _ = writeln!(
+            out,
+            "{} hit(s) for {}{}, newest Session first, newest row first:",
+            hits.len(),
+            quoted(&a.query),
+            if a.after.is_some() {
+                " (continued)"
+            } else {
+                ""
+            }
+        );
+        self.write_hits(&mut out, &hits);
+        out.push('\n');
+        match &after {
+            Some(cursor) => {
+                if hits.is_empty() {
+                    out.push_str(
+                        "No hit in the part of the Root searched so far (one call does bounded work). ",
+                    );
+                }
+                let _ = writeln!(
+                    out,
+                    "More hits may follow: call search_sessions with {}",
+                    json_text(&search_next(&a, want, cursor))
+                );
+            }
+            None => out.push_str("That is every hit.\n"),
+        }
+        if let Some(hit) = hits.first() {
+            let _ = writeln!(
+                out,
+                "Read a hit in its conversation with read_history {}",
+                json_text(&json!({"sessionId": hit.session_id,
+                                  "anchorSequence": hit.position.source_sequence,
+                                  "direction": "forward"}))
+            );
+        }
+        Ok(out)
+    }
+
+    /// Up to `want` hits, following `searchRoot`'s cursor for at most
+    /// [`SEARCH_PAGES_PER_CALL_MAX`] pages, and the cursor that goes on after them.
+    fn collect_hits(
+        &self,
+        a: &SearchSessionsArgs,
+        want: u64,
+    ) -> Result<(Vec<RootHit>, Option<String>), ApiError> {
         let scope = if a.session_ids.is_some() || a.workspace.is_some() || a.active_since.is_some()
         {
             json!({"sessionIds": a.session_ids, "workspace": a.workspace,
@@ -431,25 +478,20 @@ impl Tools {
                 break;
             }
         }
-        let _ = writeln!(
-            out,
-            "{} hit(s) for {}{}, newest Session first, newest row first:",
-            hits.len(),
-            quoted(&a.query),
-            if a.after.is_some() {
-                " (continued)"
-            } else {
-                ""
-            }
-        );
-        let mut titles: HashMap<String, String> = HashMap::new();
+        Ok((hits, after))
+    }
+
+    /// The hits, under a heading (id and title) each time the Session changes.
+    fn write_hits(&self, out: &mut String, hits: &[RootHit]) {
         let mut last: Option<&str> = None;
-        for hit in &hits {
+        for hit in hits {
             if last != Some(hit.session_id.as_str()) {
-                let title = titles
-                    .entry(hit.session_id.clone())
-                    .or_insert_with(|| self.title_text(&hit.session_id));
-                let _ = writeln!(out, "\nSession {} {title}", hit.session_id);
+                let _ = writeln!(
+                    out,
+                    "\nSession {} {}",
+                    hit.session_id,
+                    self.title_text(&hit.session_id)
+                );
                 last = Some(&hit.session_id);
             }
             let _ = writeln!(
@@ -461,45 +503,6 @@ impl Tools {
                 self.snippet(hit)
             );
         }
-        out.push('\n');
-        match &after {
-            Some(cursor) => {
-                let mut next = json!({"query": a.query, "after": cursor});
-                for (name, value) in [
-                    ("caseSensitive", a.case_sensitive.map(Value::from)),
-                    ("wholeWord", a.whole_word.map(Value::from)),
-                    ("sessionIds", a.session_ids.as_ref().map(|s| json!(s))),
-                    ("workspace", a.workspace.as_deref().map(Value::from)),
-                    ("activeSince", a.active_since.as_deref().map(Value::from)),
-                    ("limit", a.limit.map(|_| Value::from(want))),
-                ] {
-                    if let Some(v) = value {
-                        next[name] = v;
-                    }
-                }
-                if hits.is_empty() {
-                    out.push_str(
-                        "No hit in the part of the Root searched so far (one call does bounded work). ",
-                    );
-                }
-                let _ = writeln!(
-                    out,
-                    "More hits may follow: call search_sessions with {}",
-                    json_text(&next)
-                );
-            }
-            None => out.push_str("That is every hit.\n"),
-        }
-        if let Some(hit) = hits.first() {
-            let _ = writeln!(
-                out,
-                "Read a hit in its conversation with read_history {}",
-                json_text(&json!({"sessionId": hit.session_id,
-                                  "anchorSequence": hit.position.source_sequence,
-                                  "direction": "forward"}))
-            );
-        }
-        Ok(out)
     }
 
     /// `read_history`: a page of rows, each field cut to `fieldBytes`, within
@@ -514,37 +517,8 @@ impl Tools {
         )?;
         out.push_str(&note);
         let direction = a.direction.unwrap_or_default();
-        let params = |through: Option<u64>, limit: u64| {
-            json!({"sessionId": a.session_id, "through": through, "after": a.after,
-                   "limit": limit, "direction": direction.as_str(),
-                   "anchor": a.anchor_sequence.map(|s| json!({"kind": "event", "sequence": s}))})
-        };
-        let mut page: HistoryPage = self.read("history", params(a.through, limit))?;
+        let (page, rows) = self.history_page(&a, limit, field_bytes)?;
         let info = self.host.root().session_info(&a.session_id)?;
-        let mut rows = String::new();
-        let mut shown = 0;
-        let mut turn: Option<&str> = None;
-        for row in &page.rows {
-            let text = row_text(&a.session_id, row, field_bytes as usize, &mut turn);
-            if shown > 0 && rows.len() + text.len() > HISTORY_TEXT_BYTES_MAX {
-                break;
-            }
-            rows.push_str(&text);
-            shown += 1;
-        }
-        if shown < page.rows.len() {
-            // The page was longer than an answer holds: the same read under the same fence,
-            // cut to the rows shown, gives the cursor that goes on from the last of them.
-            let fewer: HistoryPage =
-                self.read("history", params(Some(page.through), shown as u64))?;
-            debug_assert_eq!(
-                fewer.rows[..],
-                page.rows[..shown],
-                "history under a fence is stable"
-            );
-            page.next_after = fewer.next_after;
-            page.rows.truncate(shown);
-        }
         let _ = writeln!(
             out,
             "Session {} {}{}, at revision {}: {} row(s), {}:",
@@ -592,6 +566,48 @@ impl Tools {
             }),
         }
         Ok(out)
+    }
+
+    /// A history page and its rows as text: as many rows as fit in
+    /// [`HISTORY_TEXT_BYTES_MAX`] (at least one), and the cursor that goes on after the last
+    /// of them.
+    fn history_page(
+        &self,
+        a: &ReadHistoryArgs,
+        limit: u64,
+        field_bytes: u64,
+    ) -> Result<(HistoryPage, String), ApiError> {
+        let params = |through: Option<u64>, limit: u64| {
+            json!({"sessionId": a.session_id, "through": through, "after": a.after,
+                   "limit": limit, "direction": a.direction.unwrap_or_default().as_str(),
+                   "anchor": a.anchor_sequence.map(|s| json!({"kind": "event", "sequence": s}))})
+        };
+        let mut page: HistoryPage = self.read("history", params(a.through, limit))?;
+        let mut rows = String::new();
+        let mut shown = 0;
+        let mut turn: Option<&str> = None;
+        for row in &page.rows {
+            let text = row_text(&a.session_id, row, field_bytes as usize, &mut turn);
+            if shown > 0 && rows.len() + text.len() > HISTORY_TEXT_BYTES_MAX {
+                break;
+            }
+            rows.push_str(&text);
+            shown += 1;
+        }
+        if shown < page.rows.len() {
+            // The page was longer than an answer holds: the same read under the same fence,
+            // cut to the rows shown, gives the cursor that goes on from the last of them.
+            let fewer: HistoryPage =
+                self.read("history", params(Some(page.through), shown as u64))?;
+            debug_assert_eq!(
+                fewer.rows[..],
+                page.rows[..shown],
+                "history under a fence is stable"
+            );
+            page.next_after = fewer.next_after;
+            page.rows.truncate(shown);
+        }
+        Ok((page, rows))
     }
 
     /// `read_source`: one piece of one field, and where the next piece starts.
@@ -774,6 +790,25 @@ fn ceil_boundary(text: &str, mut i: usize) -> usize {
         i += 1;
     }
     i
+}
+
+/// The arguments of the `search_sessions` call that goes on from `cursor`: the same query
+/// and options (a cursor is bound to them).
+fn search_next(a: &SearchSessionsArgs, want: u64, cursor: &str) -> Value {
+    let mut next = json!({"query": a.query, "after": cursor});
+    for (name, value) in [
+        ("caseSensitive", a.case_sensitive.map(Value::from)),
+        ("wholeWord", a.whole_word.map(Value::from)),
+        ("sessionIds", a.session_ids.as_ref().map(|s| json!(s))),
+        ("workspace", a.workspace.as_deref().map(Value::from)),
+        ("activeSince", a.active_since.as_deref().map(Value::from)),
+        ("limit", a.limit.map(|_| Value::from(want))),
+    ] {
+        if let Some(v) = value {
+            next[name] = v;
+        }
+    }
+    next
 }
 
 /// One line of `list_sessions`.
