@@ -226,9 +226,8 @@ enum Command {
     /// Serve the JSON-lines protocol on standard input and output.
     #[command(long_about = logbook_api::dispatch::serve_help())]
     Serve,
-    /// Serve the Model Context Protocol on standard input and output, so coding agents can
-    /// read their own history: tools list_sessions, search_sessions, read_history and
-    /// read_source. Read-only; the Root must exist.
+    /// Serve the Model Context Protocol on standard input and output, for coding agents to
+    /// read their history (read-only).
     #[command(long_about = MCP_ABOUT)]
     Mcp,
     /// Write a Session as a bundle: one file that carries it whole to another Root
