@@ -25,7 +25,9 @@ pub mod dispatch;
 mod error;
 pub mod host;
 pub mod import;
+pub mod mcp;
 pub mod serve;
+pub mod time;
 pub mod wire;
 
 pub use error::{ApiError, ErrorCode};

@@ -41,6 +41,20 @@ pub struct Args {
     command: Command,
 }
 
+/// The long help of `logbook mcp`.
+const MCP_ABOUT: &str = "Serve the Model Context Protocol (MCP) on standard input and output, \
+so coding agents and other MCP clients can read the history kept in this Root.
+
+Tools: list_sessions (newest activity first, with titles), search_sessions (literal text over \
+every Session, with snippets), read_history (pages of one Session, newest first by default) and \
+read_source (one whole field). Nothing is ever written: the Root must exist.
+
+Claude Code:  claude mcp add logbook -- logbook mcp --root ~/.logbook
+Codex (~/.codex/config.toml):
+  [mcp_servers.logbook]
+  command = \"logbook\"
+  args = [\"mcp\", \"--root\", \"/home/me/.logbook\"]";
+
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Make a new Root (the directory must be absent or empty).
@@ -217,6 +231,10 @@ enum Command {
     /// Serve the JSON-lines protocol on standard input and output.
     #[command(long_about = logbook_api::dispatch::serve_help())]
     Serve,
+    /// Serve the Model Context Protocol on standard input and output, for coding agents to
+    /// read their history (read-only).
+    #[command(long_about = MCP_ABOUT)]
+    Mcp,
     /// Write a Session as a bundle: one file that carries it whole to another Root
     /// (`logbook import FILE` there brings it back).
     Export {
@@ -326,6 +344,7 @@ pub fn run(args: Args) -> Result<(), ApiError> {
             logbook_api::serve::serve(host, stdin, Box::new(io::stdout()))
                 .map_err(|err| ApiError::new(ErrorCode::Io, format!("serve: {err}")))
         }
+        Command::Mcp => logbook_api::mcp::serve_stdio(&root),
         Command::Demo => crate::cli::demo_entry(&root),
         // Neither needs a Root: both are made from the argument definitions above.
         Command::Completions { shell } => {
@@ -909,6 +928,7 @@ fn run_command(ctx: &Ctx, command: Command) -> Result<(), ApiError> {
         }
         Command::Init
         | Command::Serve
+        | Command::Mcp
         | Command::Demo
         | Command::Completions { .. }
         | Command::Man => {

@@ -3,6 +3,8 @@
 use base64::Engine as _;
 use serde_json::Value;
 
+use logbook_api::time::civil;
+
 use super::Ctx;
 
 /// `text` safe to print on a terminal: control characters (C0, DEL, C1: escape sequences,
@@ -103,28 +105,7 @@ fn utc_minute(ms: u64) -> String {
 
 /// RFC 3339 (UTC, milliseconds) of milliseconds since the Unix epoch.
 pub fn rfc3339(ms: u64) -> String {
-    let (year, month, day, h, m, sec) = civil(ms);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{sec:02}.{:03}Z",
-        ms % 1000
-    )
-}
-
-/// Year, month, day, hour, minute, second (UTC) of milliseconds since the Unix epoch, in the
-/// proleptic Gregorian calendar.
-fn civil(ms: u64) -> (i64, i64, i64, u64, u64, u64) {
-    let secs = ms / 1000;
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day, rem / 3600, rem % 3600 / 60, rem % 60)
+    logbook_api::time::rfc3339(ms)
 }
 
 fn human_bytes(b: u64) -> String {
