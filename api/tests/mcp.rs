@@ -343,6 +343,67 @@ fn the_protocol_by_hand_initialize_list_and_call() {
     assert_unchanged(&before, &root);
 }
 
+/// `logbook mcp` beside a writer that holds the Root (`logbook serve`): it starts, and its
+/// searches find what the writer appends after it started.
+#[test]
+fn beside_a_writing_server_it_sees_new_appends() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    build_root(&root);
+    let mut writer = Command::new(bin())
+        .args(["serve", "--root"])
+        .arg(&root)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut writer_in = writer.stdin.take().unwrap();
+    let mut writer_out = BufReader::new(writer.stdout.take().unwrap());
+    let mut ask = |line: Value| {
+        writeln!(writer_in, "{line}").unwrap();
+        writer_in.flush().unwrap();
+        let mut answer = String::new();
+        writer_out.read_line(&mut answer).unwrap();
+        let answer: Value = serde_json::from_str(&answer).unwrap();
+        assert!(answer.get("result").is_some(), "{answer}");
+    };
+    // The writer holds the lock from here on.
+    ask(json!({"id": 1, "method": "sessions", "params": {}}));
+    let mut s = Raw::start(&root);
+    s.call(
+        1,
+        "initialize",
+        json!({"protocolVersion": "2025-06-18", "capabilities": {},
+               "clientInfo": {"name": "logbook-test", "version": "0"}}),
+    );
+    s.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    ask(
+        json!({"id": 2, "method": "send", "params": {"sessionId": "s2", "operation": "late",
+        "text": "a zanzibar-flavoured question asked after the reader started", "attachments": []}}),
+    );
+    let t = Instant::now();
+    let text = loop {
+        let found = s.call(
+            2 + t.elapsed().as_micros() as u64,
+            "tools/call",
+            json!({"name": "search_sessions", "arguments": {"query": "zanzibar"}}),
+        );
+        let text = found["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        if text.contains("zanzibar»-flavoured") || t.elapsed() > Duration::from_secs(5) {
+            break text;
+        }
+    };
+    assert!(text.contains("zanzibar»-flavoured"), "{text}");
+    assert!(t.elapsed() < Duration::from_secs(1), "{:?}", t.elapsed());
+    assert!(s.finish().success());
+    drop(writer_in);
+    assert!(writer.wait().unwrap().success());
+}
+
 #[test]
 fn a_missing_root_is_an_error_and_is_not_made() {
     let dir = tempfile::tempdir().unwrap();

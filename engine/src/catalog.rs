@@ -176,6 +176,15 @@ impl Summary {
         }
     }
 
+    /// The times of a saved summary only (a reader's: see `crate::registry`).
+    pub(crate) fn from_times(s: &Saved) -> Summary {
+        Summary {
+            created_ms: AtomicU64::new(s.created_ms),
+            last_ms: AtomicU64::new(s.last_ms),
+            ..Summary::default()
+        }
+    }
+
     /// A new Session's summary: created and last active now.
     pub(crate) fn created_now() -> Summary {
         let now = now_ms();
@@ -262,14 +271,24 @@ impl Summary {
 
 impl Summary {
     /// For a reader beside the writer: the times from the Session's log files again (the
-    /// writer's appends move them), never moving the last activity back.
-    pub(crate) fn follow_times(&self, session_dir: &Path) {
+    /// writer's appends move them), never moving the last activity back. Times from the
+    /// writer's last clean close (`saved_at_ms`: when that close wrote its snapshot; 0 for
+    /// none) stand until a file is newer than that close: the close itself touches the files
+    /// (it gives their zero regions back), which says nothing of the Session's activity.
+    pub(crate) fn follow_times(&self, session_dir: &Path, saved_at_ms: u64) {
         let (created, last) = times_from_files(&session_dir.join("log"));
         let _ = self
             .created_ms
             .compare_exchange(0, created, Ordering::AcqRel, Ordering::Acquire);
-        self.last_ms.fetch_max(last, Ordering::AcqRel);
+        if saved_at_ms == 0 || last > saved_at_ms {
+            self.last_ms.fetch_max(last, Ordering::AcqRel);
+        }
     }
+}
+
+/// When the catalog snapshot of the Root at `root` was written (ms; 0 when there is none).
+pub(crate) fn snapshot_written_ms(root: &Path) -> u64 {
+    ms_of(std::fs::metadata(root.join(CATALOG_FILE)).and_then(|m| m.modified()))
 }
 
 /// Milliseconds since the Unix epoch.
@@ -301,7 +320,16 @@ fn times_from_files(log_dir: &Path) -> (u64, u64) {
     names.sort_by_key(|e| e.file_name());
     let meta = |e: Option<&std::fs::DirEntry>| e.and_then(|e| e.metadata().ok());
     let first = meta(names.first());
-    let last = meta(names.last());
+    // The newest segment holding records: an open after a seal starts a segment of a header
+    // alone (32 bytes), whose time is the open's, not an append's. A sealed segment keeps the
+    // time of its last append (the log gives it its active file's).
+    let last = names
+        .iter()
+        .rev()
+        .filter_map(|e| Some((e.file_name(), e.metadata().ok()?)))
+        .find(|(n, m)| !(n.to_string_lossy().ends_with(".active") && m.len() <= 32))
+        .map(|(_, m)| m)
+        .or_else(|| meta(names.last()));
     let created = first.map_or(0, |m| {
         let c = ms_of(m.created());
         if c != 0 {

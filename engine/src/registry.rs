@@ -272,6 +272,9 @@ pub(crate) struct Shared {
     /// For a reader ([`RootOptions::read_only`]): how far it has read the Root log, and when
     /// it last looked for more (see [`Shared::refresh_registry`]).
     followed: Mutex<(logbook_log::Location, Option<std::time::Instant>)>,
+    /// For a reader: when the catalog snapshot it took its times from was written (0: none;
+    /// see `Summary::follow_times`).
+    pub(crate) snapshot_ms: u64,
 }
 
 /// One open Session in the cache, with the registry slot that also holds it.
@@ -602,9 +605,15 @@ impl Shared {
         // Listing facts saved by the last clean close (removed before the first commit, so
         // never trusted after a crash that followed a change). A reader does not take them:
         // the writer may be changing what they describe while the file is still there.
+        let mut snapshot_ms = 0;
         let (snapshot, saved) = if read_only {
+            // A reader takes only the times of the writer's last clean close (nothing else
+            // records when a Session was last active); it never trusts the rest, and never
+            // writes or removes the file.
+            snapshot_ms = crate::catalog::snapshot_written_ms(dir);
+            let (_, saved) = crate::catalog::Snapshot::load(dir, Arc::clone(&lock_file.dir))?;
             let snapshot = crate::catalog::Snapshot::ignored(dir, Arc::clone(&lock_file.dir));
-            (snapshot, None)
+            (snapshot, saved)
         } else {
             crate::catalog::Snapshot::load(dir, Arc::clone(&lock_file.dir))?
         };
@@ -614,7 +623,12 @@ impl Shared {
         if let Some(saved) = saved {
             for (id, s) in saved {
                 if let Some(e) = registry.sessions.get_mut(&id) {
-                    e.summary = Arc::new(Summary::from_saved(s));
+                    let s = if read_only {
+                        Summary::from_times(&s)
+                    } else {
+                        Summary::from_saved(s)
+                    };
+                    e.summary = Arc::new(s);
                 }
             }
         }
@@ -652,6 +666,7 @@ impl Shared {
                 read_only,
             }),
             followed: Mutex::new((root_seen, None)),
+            snapshot_ms,
         });
         let _ = shared.flusher.shared.set(Arc::downgrade(&shared));
         if read_only {

@@ -320,7 +320,7 @@ impl Root {
                 for (id, s) in &listed {
                     if read_only {
                         // The writer's appends since the last look moved its files' times.
-                        s.follow_times(&sessions_dir.join(id));
+                        s.follow_times(&sessions_dir.join(id), self.shared.snapshot_ms);
                     } else {
                         s.fill_times(&sessions_dir.join(id));
                     }

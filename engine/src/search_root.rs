@@ -539,7 +539,8 @@ fn sessions_in_scope(
     for (id, e) in &entries {
         if read_only {
             // The writer's appends since the last look moved its files' times.
-            e.summary.follow_times(&sessions_dir.join(id));
+            e.summary
+                .follow_times(&sessions_dir.join(id), sh.snapshot_ms);
         } else if e.summary.times_unknown() {
             e.summary.fill_times(&sessions_dir.join(id));
         }

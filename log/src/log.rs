@@ -1363,6 +1363,19 @@ fn write_lock<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
     l.write().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Gives the sealed file `dst` the modification time of the active file `src` it was made
+/// from: the time of the segment's last append, which listings show as a Session's last
+/// activity when nothing better is known (readers beside the writer, an open after a crash).
+/// Best effort: only a time is lost when it fails.
+fn keep_modified_time(src: &Path, dst: &Path) {
+    let Ok(t) = std::fs::metadata(src).and_then(|m| m.modified()) else {
+        return;
+    };
+    if let Ok(f) = std::fs::File::options().write(true).open(dst) {
+        let _ = f.set_modified(t);
+    }
+}
+
 /// Seals segment `n`, whose logical bytes (from `path`, its active file) are `data`: checks
 /// every frame, writes `n.sealed` (steps 1 and 2 of docs/format.md, "Sealing"), and returns it
 /// opened and checked. The caller removes the active file (step 3).
@@ -1387,6 +1400,7 @@ fn write_sealed(
     let bytes = sealed::build(n, data, &w)
         .map_err(|m| LogError::io(path, "compress", std::io::Error::other(m)))?;
     let dst = sealed::write(&**fs, dir, n, &bytes)?;
+    keep_modified_time(path, &dst);
     SealedSegment::open(Arc::clone(fs), &dst, n)
 }
 
