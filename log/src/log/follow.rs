@@ -15,12 +15,15 @@ use super::*;
 /// it (the writer sealed a segment in between).
 const OPEN_TRIES: u32 = 8;
 
+/// An active segment's file and path.
+type ActiveFile = (Arc<dyn IoFile>, PathBuf);
+
 /// What a read-only handle follows: the newest segment it knows, and that segment's file
 /// while it is active.
 #[derive(Debug)]
 pub(super) struct Follow {
     segment: u64,
-    active: Option<(Arc<dyn IoFile>, PathBuf)>,
+    active: Option<ActiveFile>,
 }
 
 /// A file that went away between listing and opening: the writer sealed or replaced it.
@@ -261,7 +264,7 @@ fn open_segment(
     n: u64,
     newest: bool,
     mark: Option<Location>,
-) -> Result<(SegEntry, u64, Option<(Arc<dyn IoFile>, PathBuf)>), LogError> {
+) -> Result<(SegEntry, u64, Option<ActiveFile>), LogError> {
     let sealed_path = dir.join(sealed_name(n));
     let active_path = dir.join(active_name(n));
     let open_sealed = || -> Result<(SegEntry, u64, Option<_>), LogError> {
