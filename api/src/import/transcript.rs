@@ -1,5 +1,5 @@
 //! One transcript file read whole: its format (recognised by content), its origin's id, and
-//! its streams of events (see [`super::convert`]).
+//! its streams of events (see [`mod@super::convert`]).
 
 use std::collections::BTreeMap;
 
