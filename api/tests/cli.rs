@@ -292,7 +292,7 @@ fn one_bad_file_does_not_stop_an_import() {
     assert_eq!(o.status.code(), Some(10), "io: {}", stderr(&o));
     assert!(stderr(&o).contains("missing.jsonl"), "{}", stderr(&o));
     assert!(
-        stderr(&o).contains("1 of 3 file(s) not imported"),
+        stderr(&o).contains("1 of 3 file(s) failed"),
         "{}",
         stderr(&o)
     );

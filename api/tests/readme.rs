@@ -70,6 +70,9 @@ fn run(line: &str, home: &Path, work: &Path, root: Option<&str>) -> Output {
         .env("PATH", path)
         .env("HOME", home)
         .env_remove("LOGBOOK_ROOT")
+        // `logbook import` with no path looks where these say: in the test's home only.
+        .env_remove("CLAUDE_CONFIG_DIR")
+        .env_remove("CODEX_HOME")
         .stdin(Stdio::null());
     if let Some(r) = root {
         c.env("LOGBOOK_ROOT", r);
@@ -109,7 +112,8 @@ fn every_command_line_example_of_the_readme_runs_as_written() {
     // What the completion and manual lines write into.
     std::fs::create_dir_all(home.join(".local/share/bash-completion/completions")).unwrap();
     std::fs::create_dir_all(home.join(".local/share/man/man1")).unwrap();
-    // A transcript to import (a session file of the second format import reads).
+    // A transcript to import (a Claude Code session file), and one in Claude Code's default
+    // place for `logbook import` with no path.
     std::fs::create_dir_all(home.join("transcripts")).unwrap();
     std::fs::write(
         home.join("transcripts/one.jsonl"),
@@ -117,6 +121,15 @@ fn every_command_line_example_of_the_readme_runs_as_written() {
             r#"{"type":"user","cwd":"/w","message":{"role":"user","content":"fix the tombstone"}}"#,
             "\n",
             r#"{"type":"assistant","message":{"model":"m","content":[{"type":"text","text":"done"}]}}"#,
+            "\n"
+        ),
+    )
+    .unwrap();
+    std::fs::create_dir_all(home.join(".claude/projects/-w")).unwrap();
+    std::fs::write(
+        home.join(".claude/projects/-w/0b1c.jsonl"),
+        concat!(
+            r#"{"type":"user","sessionId":"0b1c","cwd":"/w","message":{"role":"user","content":"why does it stay"}}"#,
             "\n"
         ),
     )

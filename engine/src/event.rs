@@ -147,6 +147,24 @@ pub struct TitleSet {
     pub title: String,
 }
 
+/// Where an imported Session's events came from, and how far: written by `logbook import` as
+/// the last event of each batch it appends, so the import's progress is committed with the
+/// events themselves (one mutation) and a later import continues after `lines`. Publishes no
+/// row.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ImportMark {
+    /// The origin's own id in a stable form, e.g. `claude:<sessionId>` or `codex:<id>`.
+    pub origin: String,
+    /// Whole lines of the source transcript imported so far (events for all of them are at or
+    /// before this mark).
+    pub lines: u64,
+    /// `sha256:` digest of those `lines` lines, each taken with one `\n`.
+    pub prefix_digest: String,
+    /// The Session this one is a sub-agent of, when the origin says so.
+    pub parent: Option<String>,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ContextPrepared {
@@ -169,6 +187,7 @@ pub enum Event {
     InteractionResolved(InteractionResolved),
     ContextPrepared(ContextPrepared),
     TitleSet(TitleSet),
+    ImportMark(ImportMark),
 }
 
 impl Event {
@@ -185,6 +204,7 @@ impl Event {
             Event::InteractionResolved(_) => "interactionResolved",
             Event::ContextPrepared(_) => "contextPrepared",
             Event::TitleSet(_) => "titleSet",
+            Event::ImportMark(_) => "importMark",
         }
     }
 }
@@ -226,6 +246,7 @@ enum EventTagged<'a> {
     InteractionResolved(&'a InteractionResolved),
     ContextPrepared(&'a ContextPrepared),
     TitleSet(&'a TitleSet),
+    ImportMark(&'a ImportMark),
 }
 
 /// Disk form: the variant index is the on-disk event tag (format.md); append new kinds at the end.
@@ -241,6 +262,7 @@ enum EventBinRef<'a> {
     InteractionResolved(&'a InteractionResolved),
     ContextPrepared(&'a ContextPrepared),
     TitleSet(&'a TitleSet),
+    ImportMark(&'a ImportMark),
 }
 
 #[derive(Deserialize)]
@@ -255,6 +277,7 @@ enum EventBin {
     InteractionResolved(InteractionResolved),
     ContextPrepared(ContextPrepared),
     TitleSet(TitleSet),
+    ImportMark(ImportMark),
 }
 
 impl Serialize for Event {
@@ -271,6 +294,7 @@ impl Serialize for Event {
                 Event::InteractionResolved(e) => EventTagged::InteractionResolved(e),
                 Event::ContextPrepared(e) => EventTagged::ContextPrepared(e),
                 Event::TitleSet(e) => EventTagged::TitleSet(e),
+                Event::ImportMark(e) => EventTagged::ImportMark(e),
             }
             .serialize(s)
         } else {
@@ -285,6 +309,7 @@ impl Serialize for Event {
                 Event::InteractionResolved(e) => EventBinRef::InteractionResolved(e),
                 Event::ContextPrepared(e) => EventBinRef::ContextPrepared(e),
                 Event::TitleSet(e) => EventBinRef::TitleSet(e),
+                Event::ImportMark(e) => EventBinRef::ImportMark(e),
             }
             .serialize(s)
         }
@@ -324,6 +349,10 @@ struct EventWire {
     #[serde(default, deserialize_with = "present_raw")]
     provider_usage: Option<RawJson>,
     title: Option<String>,
+    origin: Option<String>,
+    lines: Option<u64>,
+    prefix_digest: Option<String>,
+    parent: Option<String>,
 }
 
 /// A raw field that is present (even as `null`) is `Some`; only an absent one is `None`.
@@ -349,6 +378,7 @@ impl<'de> Deserialize<'de> for Event {
                 EventBin::InteractionResolved(e) => Event::InteractionResolved(e),
                 EventBin::ContextPrepared(e) => Event::ContextPrepared(e),
                 EventBin::TitleSet(e) => Event::TitleSet(e),
+                EventBin::ImportMark(e) => Event::ImportMark(e),
             });
         }
         let w = EventWire::deserialize(d)?;
@@ -401,11 +431,17 @@ impl<'de> Deserialize<'de> for Event {
                 provider_usage: w.provider_usage,
             }),
             "titleSet" => Event::TitleSet(TitleSet { title: need(w.title, k, "title")? }),
+            "importMark" => Event::ImportMark(ImportMark {
+                origin: need(w.origin, k, "origin")?,
+                lines: need(w.lines, k, "lines")?,
+                prefix_digest: need(w.prefix_digest, k, "prefixDigest")?,
+                parent: w.parent,
+            }),
             other => {
                 return Err(D::Error::custom(format!(
                     "unknown event kind `{other}`; known kinds: sessionCreated, userMessage, modelCompletion, \
                      toolResult, turnSettled, stopRequested, interactionRequested, interactionResolved, contextPrepared, \
-                     titleSet"
+                     titleSet, importMark"
                 )))
             }
         })
@@ -1037,6 +1073,15 @@ mod tests {
                 }],
                 provider_usage: Some(raw("{}")),
             }),
+            Event::TitleSet(TitleSet {
+                title: "a title".into(),
+            }),
+            Event::ImportMark(ImportMark {
+                origin: "claude:abc".into(),
+                lines: 12,
+                prefix_digest: "sha256:33".into(),
+                parent: Some("claude-p".into()),
+            }),
         ]
     }
 
@@ -1045,6 +1090,19 @@ mod tests {
         let mut bytes = vec![7u8];
         bytes.extend(postcard(e));
         bytes
+    }
+
+    #[test]
+    fn import_marks_round_trip_on_the_wire_and_on_disk_and_publish_no_row() {
+        let wire = r#"{"kind":"importMark","origin":"codex:x","lines":3,"prefixDigest":"sha256:00","parent":null}"#;
+        let e: Event = serde_json::from_str(wire).expect("decode");
+        assert_eq!(serde_json::to_string(&e).expect("encode"), wire);
+        let back: Event = postcard::from_bytes(&postcard(&e)).expect("postcard");
+        assert_eq!(back, e);
+        assert!(rows_of(&e).is_empty());
+        let missing = r#"{"kind":"importMark","origin":"codex:x","prefixDigest":"sha256:00"}"#;
+        let err = serde_json::from_str::<Event>(missing).expect_err("lines is needed");
+        assert!(err.to_string().contains("`lines`"), "{err}");
     }
 
     #[test]
@@ -1081,7 +1139,7 @@ mod tests {
         bad_option[10] = 2;
         assert!(event_record_rows(&bad_option).is_err());
         let mut bad_kind = good.clone();
-        bad_kind[1] = 10;
+        bad_kind[1] = 11;
         assert!(event_record_rows(&bad_kind).is_err());
         let mut bad_item = good.clone();
         bad_item[7] = 5;

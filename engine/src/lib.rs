@@ -124,7 +124,7 @@ pub use diagnostics::{
 };
 pub use error::{EngineError, ErrorKind};
 pub use event::{
-    AttachmentMeta, Branch, ContextGroup, ContextPrepared, ContextTool, Event,
+    AttachmentMeta, Branch, ContextGroup, ContextPrepared, ContextTool, Event, ImportMark,
     InteractionRequested, InteractionResolved, Item, ModelCompletion, Outcome, Part, RowKind,
     SessionCreated, StopRequested, ToolResult, ToolStatus, TurnSettled, Usage, UserMessage,
 };

@@ -103,7 +103,7 @@ fn entry_loc(b: &[u8], at: usize) -> Location {
 }
 
 /// The event kind code stored in `seq.idx` (index of the kind in [`EVENT_KINDS`]).
-pub(crate) const EVENT_KINDS: [&str; 10] = [
+pub(crate) const EVENT_KINDS: [&str; 11] = [
     "sessionCreated",
     "userMessage",
     "modelCompletion",
@@ -114,6 +114,7 @@ pub(crate) const EVENT_KINDS: [&str; 10] = [
     "interactionResolved",
     "contextPrepared",
     "titleSet",
+    "importMark",
 ];
 
 fn kind_code(e: &Event) -> u8 {

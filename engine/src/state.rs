@@ -240,7 +240,10 @@ impl State {
             }
             Event::ContextPrepared(_) => self.maps.get_mut().contexts.push(sequence),
             Event::TitleSet(t) => self.titles.push((sequence, t.title.clone())),
-            Event::SessionCreated(_) | Event::ToolResult(_) | Event::StopRequested(_) => {}
+            Event::SessionCreated(_)
+            | Event::ToolResult(_)
+            | Event::StopRequested(_)
+            | Event::ImportMark(_) => {}
         }
     }
 

@@ -143,6 +143,13 @@ pub fn validate_event(index: usize, e: &Event) -> Result<(), EngineError> {
         Event::InteractionResolved(i) => id("interactionId", &i.interaction_id)?,
         Event::ContextPrepared(c) => id("invocation", &c.invocation)?,
         Event::TitleSet(t) => validate_title(&t.title).map_err(|err| at(err.to_string()))?,
+        Event::ImportMark(m) => {
+            id("origin", &m.origin)?;
+            validate_digest("prefixDigest", &m.prefix_digest).map_err(|err| at(err.to_string()))?;
+            if let Some(parent) = &m.parent {
+                validate_session_id(parent).map_err(|err| at(format!("parent: {err}")))?;
+            }
+        }
     }
     Ok(())
 }

@@ -248,8 +248,12 @@ enum Command {
         #[arg(long)]
         through: Option<u64>,
     },
-    /// Import agent transcripts (JSONL) or Logbook bundles into new Sessions.
+    /// Import agent transcripts (Claude Code and Codex JSONL) or Logbook bundles; again to
+    /// bring in what the transcripts gained since. With no path, the agents' default places
+    /// ($CLAUDE_CONFIG_DIR/projects or ~/.claude/projects, $CODEX_HOME/sessions or
+    /// ~/.codex/sessions).
     Import {
+        /// Files, or folders to walk (symbolic links are never followed).
         files: Vec<PathBuf>,
         /// The workspace to give the imported Sessions.
         #[arg(long)]

@@ -27,7 +27,8 @@ const USER_MESSAGE: u32 = 1;
 const MODEL_COMPLETION: u32 = 2;
 const TOOL_RESULT: u32 = 3;
 const INTERACTION_REQUESTED: u32 = 6;
-const LAST_KIND: u32 = 9;
+/// The last variant index (`importMark`); the kinds without rows are not decoded further.
+const LAST_KIND: u32 = 10;
 /// Variant indexes of `ItemBin`.
 const ITEM_ASSISTANT: u32 = 0;
 const ITEM_TOOL_CALL: u32 = 1;
