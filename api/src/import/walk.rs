@@ -98,7 +98,12 @@ impl Opened {
     pub fn open(path: &Path) -> std::io::Result<Opened> {
         let file = std::fs::OpenOptions::new()
             .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+            .custom_flags(
+                (rustix::fs::OFlags::NOFOLLOW
+                    | rustix::fs::OFlags::NONBLOCK
+                    | rustix::fs::OFlags::CLOEXEC)
+                    .bits() as i32,
+            )
             .open(path)?;
         if !file.metadata()?.is_file() {
             return Err(std::io::Error::new(
