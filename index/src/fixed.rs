@@ -267,8 +267,12 @@ impl FixedIndex {
             }
             Err(e) => return Err(IndexError::io(path, "create", e)),
         };
-        let file = Some(Arc::new(file));
-        Ok(FixedIndex {
+        Ok(FixedIndex::empty(path, tag, width, Some(Arc::new(file))))
+    }
+
+    /// An index with no entries over `file` (`None`: detached).
+    fn empty(path: &Path, tag: [u8; 4], width: u32, file: Option<Arc<File>>) -> FixedIndex {
+        FixedIndex {
             path: path.to_path_buf(),
             file,
             tag,
@@ -280,7 +284,7 @@ impl FixedIndex {
             poisoned: false,
             generation: 0,
             damage: None,
-        })
+        }
     }
 
     /// Opens an existing index. Refuses (with an error, never a panic) a foreign,
@@ -367,19 +371,7 @@ impl FixedIndex {
     /// rebuild of an index whose file it cannot trust. Reads nothing.
     pub fn empty_detached(path: &Path, tag: [u8; 4], width: u32) -> Result<FixedIndex, IndexError> {
         check_width(width)?;
-        Ok(FixedIndex {
-            path: path.to_path_buf(),
-            file: None,
-            tag,
-            width,
-            map: None,
-            durable: 0,
-            tail: Vec::new(),
-            cut_bytes: 0,
-            poisoned: false,
-            generation: 0,
-            damage: None,
-        })
+        Ok(FixedIndex::empty(path, tag, width, None))
     }
 
     /// True for an index made by [`FixedIndex::open_detached`].

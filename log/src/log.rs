@@ -579,6 +579,28 @@ fn check_config(config: &LogConfig) -> Result<(), LogError> {
     Ok(())
 }
 
+/// The first and last of the segment numbers found in `dir` (ascending), which must be dense:
+/// none found is [`LogError::NoLog`], a gap is corruption naming the missing segment.
+fn dense_range(dir: &Path, numbers: impl Iterator<Item = u64>) -> Result<(u64, u64), LogError> {
+    let numbers: Vec<u64> = numbers.collect();
+    let (Some(&first), Some(&last)) = (numbers.first(), numbers.last()) else {
+        return Err(LogError::NoLog {
+            path: dir.to_path_buf(),
+        });
+    };
+    if last - first + 1 != numbers.len() as u64 {
+        let missing = (first..last)
+            .find(|n| numbers.binary_search(n).is_err())
+            .expect("a gap exists when the count is short");
+        return Err(LogError::corrupt(
+            dir.join(active_name(missing)),
+            0,
+            format!("segment {missing} is missing between {first} and {last}"),
+        ));
+    }
+    Ok((first, last))
+}
+
 /// Creates segment `n` with its header and, as the config says, a preallocated zero region of
 /// about `step` bytes, synced, and its name synced into the directory. Returns the file, its
 /// path and its length.
@@ -885,24 +907,7 @@ impl Log {
                 None => {}
             }
         }
-        let (Some(first), Some(last)) = (
-            found.keys().next().copied(),
-            found.keys().next_back().copied(),
-        ) else {
-            return Err(LogError::NoLog {
-                path: dir.to_path_buf(),
-            });
-        };
-        if last - first + 1 != found.len() as u64 {
-            let missing = (first..last)
-                .find(|n| !found.contains_key(n))
-                .expect("a gap exists when the count is short");
-            return Err(LogError::corrupt(
-                dir.join(active_name(missing)),
-                0,
-                format!("segment {missing} is missing between {first} and {last}"),
-            ));
-        }
+        let (first, last) = dense_range(dir, found.keys().copied())?;
         if let Some(r) = referenced.filter(|r| r.segment > last) {
             return Err(LogError::corrupt(
                 dir.join(active_name(r.segment)),

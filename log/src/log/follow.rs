@@ -135,21 +135,7 @@ impl Log {
                 found.insert(n);
             }
         }
-        let (Some(first), Some(last)) = (found.first().copied(), found.last().copied()) else {
-            return Err(LogError::NoLog {
-                path: dir.to_path_buf(),
-            });
-        };
-        if last - first + 1 != found.len() as u64 {
-            let missing = (first..last)
-                .find(|n| !found.contains(n))
-                .expect("a gap exists when the count is short");
-            return Err(LogError::corrupt(
-                dir.join(active_name(missing)),
-                0,
-                format!("segment {missing} is missing between {first} and {last}"),
-            ));
-        }
+        let (first, last) = dense_range(dir, found.iter().copied())?;
         let mut segments = BTreeMap::new();
         let mut end = HEADER_BYTES;
         let mut active = None;
