@@ -841,6 +841,9 @@ fn session_line(out: &mut String, s: &SessionInfo) {
             b.session_id, b.through
         );
     }
+    if let Some(p) = &s.parent {
+        let _ = write!(out, ", a sub-agent of {p}");
+    }
     out.push('\n');
 }
 

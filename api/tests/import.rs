@@ -203,6 +203,10 @@ fn claude_code_sessions_keep_their_id_workspace_title_and_sub_agents() {
         [(agent.clone(), "New { events: 5 }".to_owned())]
     );
     assert_eq!(marks(&h, &agent)[0].parent.as_deref(), Some(main.as_str()));
+    // The listing links each sub-agent to its parent; the parent itself has none.
+    assert_eq!(info(&h, &agent)["parent"], main.as_str());
+    assert_eq!(info(&h, &inline)["parent"], main.as_str());
+    assert!(info(&h, &main).get("parent").is_none());
     assert_eq!(
         info(&h, &agent)["title"],
         "List every function that reads a tombstone record."
@@ -575,8 +579,7 @@ fn failures_are_reported_and_set_the_exit_status_after_the_rest_went_in() {
     let locked = dir.join("locked.jsonl");
     std::fs::copy(claude_file(), &locked).unwrap();
     std::fs::set_permissions(&locked, std::os::unix::fs::PermissionsExt::from_mode(0o000)).unwrap();
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    if unsafe { libc::geteuid() } == 0 {
+    if rustix::process::geteuid().is_root() {
         println!("skipped the permission-denied case: running as root, which reads any file");
     } else {
         let o = logbook_import(&root, &[&dir], &[]);

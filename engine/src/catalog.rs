@@ -33,7 +33,7 @@ use std::sync::Arc;
 /// Magic bytes of the catalog snapshot.
 pub const CATALOG_MAGIC: [u8; 8] = *b"LBCATLG\0";
 /// Version of the catalog snapshot file.
-pub const CATALOG_FORMAT_VERSION: u32 = 3;
+pub const CATALOG_FORMAT_VERSION: u32 = 4;
 /// The snapshot's file name in the Root directory.
 pub(crate) const CATALOG_FILE: &str = "catalog.snap";
 const CATALOG_HEADER_BYTES: usize = 24;
@@ -132,6 +132,8 @@ pub(crate) struct Detail {
     pub rows: u64,
     pub title: Option<String>,
     pub bytes: u64,
+    /// The Session this one is a sub-agent of (see `State::parent`).
+    pub parent: Option<String>,
 }
 
 /// One Session's times (milliseconds since the Unix epoch, 0 = not known yet) and detail.
@@ -448,6 +450,7 @@ mod tests {
                     revision: 3,
                     rows: 2,
                     title: Some("t é".into()),
+                    parent: None,
                     bytes: 4096,
                 }),
                 filter: Some(TrigramFilter::build(3, |add| add(0x61_6263))),

@@ -67,6 +67,7 @@ pub(crate) fn state_at(s: &State, through: u64) -> State {
         .cloned()
         .collect();
     out.first_line = s.first_line.clone().filter(|(q, _)| *q <= through);
+    out.parent = s.parent.clone().filter(|(q, _)| *q <= through);
     let (from, to) = (s.maps(), out.maps_mut());
     for (inv, st) in &from.invocations {
         if st.message > through {

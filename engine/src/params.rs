@@ -52,6 +52,10 @@ pub struct SessionInfo {
     /// answers, so a listing shows it instead of failing for every Session.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub damage: Option<DamageNote>,
+    /// The Session this one is a sub-agent of (an imported sub-agent transcript names its
+    /// parent's Session in its `importMark`s); absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent: Option<String>,
 }
 
 /// Order of a `sessions` page.

@@ -403,6 +403,7 @@ impl Root {
             rows: detail.rows,
             bytes: detail.bytes,
             damage,
+            parent: detail.parent,
         })
     }
 
@@ -428,6 +429,7 @@ impl Root {
                 rows: inner.row_count(),
                 title: inner.state.title().map(str::to_owned),
                 bytes: 0,
+                parent: inner.state.parent.as_ref().map(|(_, p)| p.clone()),
             }
         };
         let detail = Detail {

@@ -15,7 +15,7 @@
 //! | 12 | 4 | reserved, zero |
 //! | 16 | 8 | covered sequence (= the revision the state reflects) |
 //! | 24 | 8 | payload length P |
-//! | 32 | P | postcard of (revision, titles, first line, index coverage), then postcard of the maps |
+//! | 32 | P | postcard of (revision, titles, first line, parent, index coverage), then postcard of the maps |
 //! | 32+P | 4 | CRC-32 of bytes 0..32+P |
 
 use crate::error::EngineError;
@@ -28,7 +28,7 @@ use std::sync::{Arc, OnceLock};
 /// Magic bytes of a state checkpoint file.
 pub const CHECKPOINT_MAGIC: [u8; 8] = *b"LBSTATE\0";
 /// Version of the state checkpoint file.
-pub const CHECKPOINT_FORMAT_VERSION: u32 = 5;
+pub const CHECKPOINT_FORMAT_VERSION: u32 = 6;
 const CHECKPOINT_HEADER_BYTES: usize = 32;
 /// Largest checkpoint payload accepted on load, in bytes.
 pub const CHECKPOINT_PAYLOAD_BYTES_MAX: u64 = 1 << 30;
@@ -141,11 +141,20 @@ pub(crate) struct State {
     pub titles: Vec<(u64, String)>,
     /// The first user message's title line (sequence, text): the title when none was set.
     pub first_line: Option<(u64, String)>,
+    /// The Session this one is a sub-agent of, from the first `importMark` that names one
+    /// (sequence, Session id).
+    pub parent: Option<(u64, String)>,
     maps: LazyMaps,
 }
 
 /// What a checkpoint holds besides the maps: decoded at open.
-type Head = (u64, Vec<(u64, String)>, Option<(u64, String)>, Coverage);
+type Head = (
+    u64,
+    Vec<(u64, String)>,
+    Option<(u64, String)>,
+    Option<(u64, String)>,
+    Coverage,
+);
 
 /// Most characters of the title taken from the first user message.
 pub const TITLE_FROM_MESSAGE_CHARS_MAX: usize = 80;
@@ -240,10 +249,12 @@ impl State {
             }
             Event::ContextPrepared(_) => self.maps.get_mut().contexts.push(sequence),
             Event::TitleSet(t) => self.titles.push((sequence, t.title.clone())),
-            Event::SessionCreated(_)
-            | Event::ToolResult(_)
-            | Event::StopRequested(_)
-            | Event::ImportMark(_) => {}
+            Event::ImportMark(m) => {
+                if self.parent.is_none() {
+                    self.parent = m.parent.clone().map(|p| (sequence, p));
+                }
+            }
+            Event::SessionCreated(_) | Event::ToolResult(_) | Event::StopRequested(_) => {}
         }
     }
 
@@ -267,9 +278,14 @@ impl State {
         let encode_err = |e: postcard::Error| {
             EngineError::corrupt(path, format!("cannot encode the state checkpoint: {e}"))
         };
-        let mut payload =
-            postcard::to_allocvec(&(self.revision, &self.titles, &self.first_line, cover))
-                .map_err(encode_err)?;
+        let mut payload = postcard::to_allocvec(&(
+            self.revision,
+            &self.titles,
+            &self.first_line,
+            &self.parent,
+            cover,
+        ))
+        .map_err(encode_err)?;
         match (self.maps.maps.get(), &self.maps.encoded) {
             // Never decoded since it was loaded: the same bytes again.
             (None, Some(e)) => payload.extend_from_slice(e.bytes()),
@@ -325,12 +341,13 @@ impl State {
         }
         let (head, maps): (Head, &[u8]) =
             postcard::take_from_bytes(&bytes[CHECKPOINT_HEADER_BYTES..end]).ok()?;
-        let (revision, titles, first_line, cover) = head;
+        let (revision, titles, first_line, parent, cover) = head;
         let range = end - maps.len()..end;
         let state = State {
             revision,
             titles,
             first_line,
+            parent,
             maps: LazyMaps {
                 maps: OnceLock::new(),
                 encoded: Some(Encoded {

@@ -85,8 +85,11 @@ pub fn sessions(v: &Value) {
             );
             continue;
         }
+        let parent = s["parent"]
+            .as_str()
+            .map_or(String::new(), |p| format!("  (sub-agent of {p})"));
         println!(
-            "{id:<28} {:>7} rows  {}  {:>9}  {}",
+            "{id:<28} {:>7} rows  {}  {:>9}  {}{parent}",
             s["rows"],
             utc_minute(s["lastActivityAt"].as_u64().unwrap_or(0)),
             human_bytes(s["bytes"].as_u64().unwrap_or(0)),
