@@ -166,6 +166,16 @@ fn a_reader_process_sees_acknowledged_appends_within_100_ms() {
         .unwrap();
     assert_eq!(out.status.code(), Some(8), "{out:?}");
     assert!(String::from_utf8_lossy(&out.stderr).contains("read-only"));
+    // A command that only reads goes on as a reader by itself while the writer holds the
+    // lock (after the lock's wait).
+    let out = std::process::Command::new(bin())
+        .args(["--root"])
+        .arg(&root)
+        .args(["search", "late", "reader"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("reader"));
     // Without it, the writer's lock keeps a second writer out.
     let out = std::process::Command::new(bin())
         .args(["--root"])

@@ -791,7 +791,7 @@ fn a_second_writer_is_busy() {
     let mut s = Server::start(root.path());
     create(&mut s, "s1", None);
     let out = std::process::Command::new(bin())
-        .args(["sessions", "--root"])
+        .args(["send", "s1", "a second writer", "--root"])
         .arg(root.path())
         .output()
         .unwrap();
@@ -801,6 +801,14 @@ fn a_second_writer_is_busy() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // A command that only reads is not a writer: it reads beside the server.
+    let out = std::process::Command::new(bin())
+        .args(["sessions", "--root"])
+        .arg(root.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("s1"));
 }
 
 #[test]

@@ -376,7 +376,18 @@ pub fn run(args: Args) -> Result<(), ApiError> {
                 logbook_engine::Root::open_or_init_with(&root, options)
             } else {
                 existing_root(&root)?;
-                logbook_engine::Root::open_with(&root, options)
+                match logbook_engine::Root::open_with(&root, options.clone()) {
+                    // A command that only reads goes on as a reader beside the process that
+                    // holds the Root (a running host), or on a Root it may not write.
+                    Err(e) if reads_only(&command) && may_read_beside(&e) => {
+                        let options = logbook_engine::RootOptions {
+                            read_only: true,
+                            ..options
+                        };
+                        logbook_engine::Root::open_with(&root, options).map_err(|_| e)
+                    }
+                    opened => opened,
+                }
             };
             let ctx = Ctx {
                 host: Host::with_root(opened?),
@@ -385,6 +396,40 @@ pub fn run(args: Args) -> Result<(), ApiError> {
             run_command(&ctx, command)
         }
     }
+}
+
+/// True for the commands that never change the Root: they may run as a reader beside a writer.
+fn reads_only(command: &Command) -> bool {
+    matches!(
+        command,
+        Command::Sessions { .. }
+            | Command::History { .. }
+            | Command::Search { .. }
+            | Command::Source { .. }
+            | Command::Diagnostics { .. }
+            | Command::Context { .. }
+            | Command::Ls { .. }
+            | Command::Cat { .. }
+            | Command::Git { .. }
+            | Command::Verify
+            | Command::Export { .. }
+    )
+}
+
+/// True when opening the Root to write failed in a way a reader does not: another process
+/// holds the writer lock, or the Root may not be written here (permissions, a read-only
+/// mount).
+fn may_read_beside(e: &logbook_engine::EngineError) -> bool {
+    use logbook_engine::ErrorKind;
+    let mut cause = std::error::Error::source(e);
+    let mut read_only_fs = false;
+    while let Some(c) = cause {
+        read_only_fs |= c
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ReadOnlyFilesystem);
+        cause = c.source();
+    }
+    matches!(e.kind(), ErrorKind::Busy | ErrorKind::PermissionDenied) || read_only_fs
 }
 
 /// `not_found` unless a Root is at `root` (commands that make no Root never make one).
