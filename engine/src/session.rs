@@ -1004,7 +1004,7 @@ impl Session {
         if self.log.is_poisoned() {
             self.log.cut_unsynced()?;
         }
-        if self.damaged.load(Ordering::Acquire) {
+        if self.damaged.load(Ordering::Acquire) && !self.read_only {
             // No sync is under way (the sync lock was taken above) and none starts on a
             // damaged Session, so no checkpoint can come back after this: the next open
             // rebuilds every index from the log.
@@ -1705,7 +1705,12 @@ impl Session {
             return Ok(());
         }
         let first = self.read().state.revision + 1;
-        self.replay(followed.end, false, None)?;
+        if let Err(e) = self.replay(followed.end, false, None) {
+            // Part of the new records may be in the indexes: this object is out of service,
+            // and the next call opens the Session again.
+            self.failed.store(true, Ordering::Release);
+            return Err(e);
+        }
         followed.end = self.log.end();
         let inner = self.write();
         let rev = inner.state.revision;
