@@ -140,11 +140,11 @@ fn render_one(
             if a.mode == b.mode {
                 return Ok(Diff::Unchanged);
             }
-            return Ok(unsupported(format!(
-                "mode change only ({} to {}), the content is unchanged",
-                mode_text(a.mode),
-                mode_text(b.mode)
-            )));
+            // A mode change alone: git shows the mode lines and no hunk (binary or not). The
+            // header is ASCII (names are C-quoted past 0x7e).
+            let mut out = Vec::new();
+            render::header(&mut out, path, o, n, false);
+            return Ok(Diff::Text(String::from_utf8_lossy(&out).into_owned()));
         }
     }
     let empty: &[u8] = b"";

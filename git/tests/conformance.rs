@@ -179,10 +179,21 @@ fn modes_symlinks_and_type_changes() {
     assert!(g
         .0
         .contains(&(b"staged_to_file".to_vec(), ChangeKind::TypeChanged)));
+    // A mode change alone is a change, shown as git shows it: mode lines, no hunk.
     match logbook_git::diff(&r.path, b"exec_worktree.sh", Area::Worktree).unwrap() {
-        Diff::Unsupported { reason } => assert!(reason.contains("mode change"), "{reason}"),
+        Diff::Text(t) => assert_eq!(
+            t,
+            "diff --git a/exec_worktree.sh b/exec_worktree.sh\nold mode 100644\nnew mode 100755\n"
+        ),
         other => panic!("{other:?}"),
     }
+    compare_diff(&r.path, b"exec_worktree.sh", Area::Worktree);
+    compare_diff(&r.path, b"exec_staged.sh", Area::Staged);
+    compare_diff(&r.path, b"exec_and_content.sh", Area::Worktree);
+    // Staged as a mode change, then back in the worktree: each area shows its own.
+    r.chmod(b"exec_staged.sh", 0o644);
+    compare_diff(&r.path, b"exec_staged.sh", Area::Staged);
+    compare_diff(&r.path, b"exec_staged.sh", Area::Worktree);
     match logbook_git::diff(&r.path, b"exec_and_content.sh", Area::Worktree).unwrap() {
         Diff::Text(t) => assert!(t.contains("old mode 100644\nnew mode 100755\n"), "{t}"),
         other => panic!("{other:?}"),
