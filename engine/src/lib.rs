@@ -139,6 +139,7 @@ pub use logbook_log::Durability;
 pub use params::*;
 pub use patches::{PatchInfo, ReadPatchParams};
 pub use progress::{Progress, ProgressSink, ProgressUnit};
+pub use records::{registration, Registration, RegistrationKind};
 pub use registry::{
     open_sessions_budget, RootOptions, SearchIndexing, BLOCK_CACHE_BYTES, DESCRIPTORS_RESERVED,
     DESCRIPTOR_RETRIES_MAX, INDEX_SYNC_INTERVAL, LOCK_WAIT_MAX, OPEN_SESSIONS_BYTES_MAX,
