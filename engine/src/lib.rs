@@ -157,8 +157,8 @@ pub use search::{
     SEARCH_SCAN_ROWS_MAX,
 };
 pub use search_root::{
-    RootHit, SearchRootPage, SearchRootParams, SearchScope, SEARCH_ROOT_CURSOR_VERSION,
-    SEARCH_ROOT_OPENS_PER_PAGE_MAX, SEARCH_ROOT_SESSIONS_PER_PAGE_MAX,
+    parse_rfc3339_ms, RootHit, SearchRootPage, SearchRootParams, SearchScope,
+    SEARCH_ROOT_CURSOR_VERSION, SEARCH_ROOT_OPENS_PER_PAGE_MAX, SEARCH_ROOT_SESSIONS_PER_PAGE_MAX,
 };
 pub use session::{
     CHECKPOINT_LOG_BYTES, EVENT_CACHE_BYTES_MAX, SEAL_ON_CLOSE_BYTES_MAX, SEAL_ON_CLOSE_BYTES_MIN,

@@ -44,6 +44,9 @@ const ROOT_HEADER: &str = "logbook.root";
 pub struct RoundReport {
     /// The round's number.
     pub round: u64,
+    /// When the round started reading the Root (ms since the epoch): every batch
+    /// acknowledged before this is in its manifest.
+    pub started_ms: u64,
     /// The manifest it wrote, if any.
     pub manifest: Option<String>,
     /// When the manifest was written (ms since the epoch).
@@ -278,6 +281,7 @@ impl Replicator {
         let round = self.round + 1;
         let mut report = RoundReport {
             round,
+            started_ms: now_ms(),
             ..RoundReport::default()
         };
         // 1. The Root log first: only Sessions it registers up to here are taken.

@@ -57,11 +57,12 @@ pub fn restore(
     dest: &Path,
     at_ms: Option<u64>,
 ) -> Result<RestoreReport, ReplicaError> {
-    let created = prepare_dest(dest)?;
+    check_dest(dest)?;
     let key = chain::find(store, at_ms)?.ok_or_else(|| ReplicaError::NoManifest {
         location: store.location().to_owned(),
         at_ms,
     })?;
+    let created = prepare_dest(dest)?;
     let outcome = chain::read(store, &key).and_then(|(state, manifests)| {
         let newest = &manifests[manifests.len() - 1].manifest;
         let mut report = RestoreReport {
@@ -82,6 +83,23 @@ pub fn restore(
         clean(dest, created);
     }
     outcome
+}
+
+/// Checks that `dest` is absent or an empty directory (before any request is made).
+fn check_dest(dest: &Path) -> Result<(), ReplicaError> {
+    match std::fs::read_dir(dest) {
+        Ok(mut entries) => match entries.next() {
+            Some(_) => Err(ReplicaError::NotEmpty {
+                path: dest.to_owned(),
+            }),
+            None => Ok(()),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => Err(ReplicaError::NotEmpty {
+            path: dest.to_owned(),
+        }),
+        Err(e) => Err(ReplicaError::local(dest, "list", e)),
+    }
 }
 
 /// Checks that `dest` is absent or an empty directory and makes it; returns whether it was
