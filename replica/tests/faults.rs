@@ -255,7 +255,6 @@ fn a_manifest_naming_a_missing_object_is_an_error_naming_it() {
         .into_iter()
         .filter_map(|l| logbook_replica::manifest::parse_manifest_name(&l.name))
         .nth(1)
-        .map(|(round, ms)| (round, ms))
         .unwrap();
     let out = dest.path().join("older");
     let report = restore(&s3.store("orphaned"), &out, Some(older)).unwrap();
