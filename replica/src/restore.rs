@@ -11,7 +11,7 @@ use futures::StreamExt;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::{Duration, Instant, UNIX_EPOCH};
 
 /// Magic of the Root header, checked before the restored Root is written.
 const ROOT_MAGIC: &[u8; 8] = b"LBROOT\0\0";
@@ -37,6 +37,10 @@ pub struct RestoreReport {
     pub sessions: u64,
     /// Records verified.
     pub records: u64,
+    /// Time spent reading manifests and downloading, checking and writing objects.
+    pub download: Duration,
+    /// Time spent opening the restored Root (derived files rebuilt) and verifying it.
+    pub verify: Duration,
 }
 
 /// One file to write from one downloaded object.
@@ -57,6 +61,7 @@ pub fn restore(
     dest: &Path,
     at_ms: Option<u64>,
 ) -> Result<RestoreReport, ReplicaError> {
+    let started = Instant::now();
     check_dest(dest)?;
     let key = chain::find(store, at_ms)?.ok_or_else(|| ReplicaError::NoManifest {
         location: store.location().to_owned(),
@@ -74,9 +79,14 @@ pub fn restore(
             bytes: 0,
             sessions: 0,
             records: 0,
+            download: Duration::ZERO,
+            verify: Duration::ZERO,
         };
         write_root(store, dest, &state, &mut report)?;
+        report.download = started.elapsed();
+        let opened = Instant::now();
         verify(dest, &mut report)?;
+        report.verify = opened.elapsed();
         Ok(report)
     });
     if outcome.is_err() {

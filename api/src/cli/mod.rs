@@ -56,6 +56,7 @@ Codex (~/.codex/config.toml):
   args = [\"mcp\", \"--root\", \"/home/me/.logbook\"]";
 
 /// The long help of `logbook replicate`.
+#[cfg(feature = "replica")]
 const REPLICATE_ABOUT: &str = "Copy this Root continuously to an S3-compatible bucket, beside \
 the process that writes it (no lock is taken and nothing in the Root is written).
 
@@ -267,6 +268,7 @@ enum Command {
     /// Copy this Root continuously to an S3-compatible bucket: sealed segments, blobs and
     /// patches once, the growing tails every second, and a manifest per round. Runs beside
     /// the writer until stopped (killing it is safe: the next run resumes).
+    #[cfg(feature = "replica")]
     #[command(long_about = REPLICATE_ABOUT)]
     Replicate {
         /// Where the replica lives (one prefix per Root).
@@ -283,6 +285,7 @@ enum Command {
     /// Build a new Root (--root, an absent or empty directory) from a replica: the newest
     /// manifest, or the last one at or before --at. Every object is checked, then the Root
     /// is opened and verified.
+    #[cfg(feature = "replica")]
     Restore {
         /// Where the replica lives.
         #[arg(long, value_name = "s3://BUCKET/PREFIX")]
@@ -361,6 +364,7 @@ impl Ctx {
 }
 
 pub fn run(args: Args) -> Result<(), ApiError> {
+    #[cfg(feature = "replica")]
     let explicit_root = args.root.clone();
     let root = logbook_api::default_root(args.root);
     if args.read_only && matches!(args.command, Command::Init | Command::Demo) {
@@ -393,10 +397,12 @@ pub fn run(args: Args) -> Result<(), ApiError> {
             logbook_api::serve::serve(host, stdin, Box::new(io::stdout()))
                 .map_err(|err| ApiError::new(ErrorCode::Io, format!("serve: {err}")))
         }
+        #[cfg(feature = "replica")]
         Command::Replicate { to, endpoint, once } => {
             existing_root(&root)?;
             replicate(&root, &to, endpoint.as_deref(), once, args.json)
         }
+        #[cfg(feature = "replica")]
         Command::Restore { from, endpoint, at } => {
             let Some(dest) = &explicit_root else {
                 return Err(ApiError::invalid(
@@ -444,6 +450,7 @@ pub fn run(args: Args) -> Result<(), ApiError> {
     }
 }
 
+#[cfg(feature = "replica")]
 /// `logbook replicate`: rounds until killed (or one with `--once`), each manifest reported.
 fn replicate(
     root: &std::path::Path,
@@ -500,6 +507,7 @@ fn replicate(
 }
 
 /// `logbook restore`.
+#[cfg(feature = "replica")]
 fn restore(
     dest: &std::path::Path,
     from: &str,
@@ -533,6 +541,7 @@ fn restore(
     Ok(())
 }
 
+#[cfg(feature = "replica")]
 /// `--at`: RFC 3339, milliseconds since the epoch, or a span back from now.
 fn at_time(text: &str) -> Result<u64, ApiError> {
     if let Ok(ms) = text.parse::<u64>() {
@@ -1093,11 +1102,13 @@ fn run_command(ctx: &Ctx, command: Command) -> Result<(), ApiError> {
         Command::Import { files, workspace } => {
             logbook_api::import::run(&ctx.host, &files, workspace.as_deref(), ctx.json)?;
         }
+        #[cfg(feature = "replica")]
+        Command::Replicate { .. } | Command::Restore { .. } => {
+            unreachable!("handled before a Host is opened")
+        }
         Command::Init
         | Command::Serve
         | Command::Mcp
-        | Command::Replicate { .. }
-        | Command::Restore { .. }
         | Command::Demo
         | Command::Completions { .. }
         | Command::Man => {
