@@ -56,7 +56,7 @@ fn text(rng: &mut Rng, vocab: &[String], len: usize) -> String {
     let mut s = String::with_capacity(len + 16);
     while s.len() < len {
         s.push_str(&vocab[(rng.next() % vocab.len() as u64) as usize]);
-        s.push(if rng.next() % 12 == 0 { '\n' } else { ' ' });
+        s.push(if rng.next().is_multiple_of(12) { '\n' } else { ' ' });
     }
     s
 }
@@ -292,7 +292,7 @@ fn day(s3: &s3::S3) {
         // Each Session takes a turn about every 30 s: a user message, a model answer and a
         // tool result or two, sized as in agent transcripts.
         for s in 0..sessions {
-            if rng.next() % 30 != 0 {
+            if !rng.next().is_multiple_of(30) {
                 continue;
             }
             for size in [
