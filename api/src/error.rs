@@ -142,6 +142,8 @@ fn without_kind(code: ErrorCode, message: String) -> String {
 map_kind!(logbook_engine::EngineError, logbook_engine::ErrorKind);
 map_kind!(logbook_fs::FsError, logbook_fs::ErrorKind);
 map_kind!(logbook_git::GitError, logbook_git::ErrorKind);
+#[cfg(feature = "replica")]
+map_kind!(logbook_replica::ReplicaError, logbook_engine::ErrorKind);
 
 impl From<serde_json::Error> for ApiError {
     fn from(err: serde_json::Error) -> ApiError {

@@ -139,6 +139,7 @@ pub use logbook_log::Durability;
 pub use params::*;
 pub use patches::{PatchInfo, ReadPatchParams};
 pub use progress::{Progress, ProgressSink, ProgressUnit};
+pub use records::{registration, Registration, RegistrationKind};
 pub use registry::{
     open_sessions_budget, RootOptions, SearchIndexing, BLOCK_CACHE_BYTES, DESCRIPTORS_RESERVED,
     DESCRIPTOR_RETRIES_MAX, INDEX_SYNC_INTERVAL, LOCK_WAIT_MAX, OPEN_SESSIONS_BYTES_MAX,
@@ -156,8 +157,8 @@ pub use search::{
     SEARCH_SCAN_ROWS_MAX,
 };
 pub use search_root::{
-    RootHit, SearchRootPage, SearchRootParams, SearchScope, SEARCH_ROOT_CURSOR_VERSION,
-    SEARCH_ROOT_OPENS_PER_PAGE_MAX, SEARCH_ROOT_SESSIONS_PER_PAGE_MAX,
+    parse_rfc3339_ms, RootHit, SearchRootPage, SearchRootParams, SearchScope,
+    SEARCH_ROOT_CURSOR_VERSION, SEARCH_ROOT_OPENS_PER_PAGE_MAX, SEARCH_ROOT_SESSIONS_PER_PAGE_MAX,
 };
 pub use session::{
     CHECKPOINT_LOG_BYTES, EVENT_CACHE_BYTES_MAX, SEAL_ON_CLOSE_BYTES_MAX, SEAL_ON_CLOSE_BYTES_MIN,

@@ -361,3 +361,119 @@ mod tests {
         );
     }
 }
+
+/// How a Root-log record registered its Session (see [`registration`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RegistrationKind {
+    /// `createSession`: an open makes the directory from the record when a crash came
+    /// between the record and the directory's rename (only for the last registration).
+    Created,
+    /// A copied fork (fork format 1).
+    CopiedFork,
+    /// A layered fork: its directory is made by its first open.
+    LayeredFork,
+    /// An imported bundle.
+    Imported,
+}
+
+/// A Session registered by a Root-log record.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Registration {
+    /// The registered Session's id.
+    pub session_id: String,
+    /// What registered it.
+    pub kind: RegistrationKind,
+}
+
+/// The Session a Root-log record of `kind` with `payload` registers, for readers of the Root
+/// log outside the engine (a replica follows which Sessions exist this way). Every
+/// registration payload starts with the Session id (docs/format.md, "Record kinds"); an
+/// unknown kind or a payload that does not decode is `corrupt`, naming `root_log_dir`.
+pub fn registration(
+    root_log_dir: &Path,
+    kind: u8,
+    payload: &[u8],
+) -> Result<Registration, EngineError> {
+    #[derive(Deserialize)]
+    struct Head {
+        session_id: String,
+    }
+    let kind = match kind {
+        KIND_SESSION => RegistrationKind::Created,
+        KIND_FORK_SESSION => RegistrationKind::CopiedFork,
+        KIND_LAYERED_FORK => RegistrationKind::LayeredFork,
+        KIND_IMPORTED_SESSION => RegistrationKind::Imported,
+        other => {
+            return Err(EngineError::corrupt(
+                root_log_dir,
+                format!("unknown Root-log record kind {other}"),
+            ))
+        }
+    };
+    let (head, _): (Head, _) = postcard::take_from_bytes(payload).map_err(|e| {
+        EngineError::corrupt(root_log_dir, format!("cannot decode a registration: {e}"))
+    })?;
+    crate::validate::validate_session_id(&head.session_id).map_err(|_| {
+        EngineError::corrupt(
+            root_log_dir,
+            format!(
+                "a registration names an invalid Session id {:?}",
+                head.session_id
+            ),
+        )
+    })?;
+    Ok(Registration {
+        session_id: head.session_id,
+        kind,
+    })
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod registration_tests {
+    use super::*;
+
+    #[test]
+    fn every_registration_kind_names_its_session() {
+        let dir = Path::new("root-log");
+        let created = encode(&SessionRecord {
+            session_id: "s1".into(),
+            workspace: None,
+            branch: None,
+            operation: "op".into(),
+            params: [0; 32],
+        });
+        let r = registration(dir, KIND_SESSION, &created).unwrap();
+        assert_eq!(
+            (r.session_id.as_str(), r.kind),
+            ("s1", RegistrationKind::Created)
+        );
+        let imported = encode(&ImportRecord {
+            session_id: "s2".into(),
+            workspace: None,
+            operation: "op".into(),
+            params: [0; 32],
+            bundle: [1; 32],
+            revision: 4,
+            reset: None,
+        });
+        let r = registration(dir, KIND_IMPORTED_SESSION, &imported).unwrap();
+        assert_eq!(
+            (r.session_id.as_str(), r.kind),
+            ("s2", RegistrationKind::Imported)
+        );
+        assert_eq!(
+            registration(dir, KIND_LAYERED_FORK, &created).unwrap().kind,
+            RegistrationKind::LayeredFork
+        );
+        assert!(
+            registration(dir, KIND_EVENT, &created).is_err(),
+            "not a registration"
+        );
+        assert!(
+            registration(dir, KIND_SESSION, &[200]).is_err(),
+            "does not decode"
+        );
+    }
+}

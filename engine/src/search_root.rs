@@ -289,7 +289,7 @@ fn binding(p: &SearchRootParams, scope: &SearchScope) -> [u8; 8] {
 
 /// Milliseconds since the Unix epoch of an RFC 3339 date-time (`2026-12-05T07:40:00Z`,
 /// fractional seconds and a `±HH:MM` offset allowed).
-pub(crate) fn parse_rfc3339_ms(s: &str) -> Option<u64> {
+pub fn parse_rfc3339_ms(s: &str) -> Option<u64> {
     let b = s.as_bytes();
     let num = |r: std::ops::Range<usize>| -> Option<i64> {
         let t = b.get(r)?;

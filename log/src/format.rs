@@ -73,6 +73,14 @@ pub(crate) fn le_u64(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(a)
 }
 
+/// The 32-byte header of an active segment numbered `segment`, as this build writes it (magic
+/// `LGBKSEGA`, the current active version): the first bytes of a segment's logical stream.
+/// A copy of a log rebuilt elsewhere from [`crate::Log::read_logical`] ranges starts each
+/// active file with it.
+pub fn active_segment_header(segment: u64) -> [u8; HEADER_BYTES as usize] {
+    encode_header(ACTIVE_FORMAT, segment)
+}
+
 /// Encodes a segment header.
 pub fn encode_header(format: FileFormat, segment: u64) -> [u8; HEADER_BYTES as usize] {
     let mut h = [0u8; HEADER_BYTES as usize];

@@ -66,9 +66,12 @@ mod walk;
 pub use crate::cache::{BlockCache, BLOCK_CACHE_BYTES};
 pub use crate::error::{ErrorKind, LogError};
 pub use crate::format::{
-    BATCH_BYTES_MAX, BLOCK_BYTES, CUT_HEADER_BYTES, LOG_FORMAT_VERSION, RECORD_PAYLOAD_BYTES_MAX,
-    ZSTD_LEVEL,
+    active_segment_header, BATCH_BYTES_MAX, BLOCK_BYTES, CUT_HEADER_BYTES, LOG_FORMAT_VERSION,
+    RECORD_PAYLOAD_BYTES_MAX, ZSTD_LEVEL,
 };
+/// Length of the segment header at the start of every segment's logical stream: records
+/// start at this offset.
+pub const SEGMENT_HEADER_BYTES: u64 = crate::format::HEADER_BYTES;
 pub use crate::log::{
     background_thread, settle_closed_seals, Durability, Location, Log, LogConfig, OwnedRecord,
     Reader, Record, RecordRef, Recovery, Scan, VerifyReport, BACKGROUND_NICENESS,

@@ -1258,6 +1258,44 @@ impl Log {
             .collect()
     }
 
+    /// The segment numbers this handle holds, oldest first (dense): from [`Log::start`]'s to
+    /// [`Log::end`]'s.
+    pub fn segment_numbers(&self) -> std::ops::RangeInclusive<u64> {
+        self.shared.first_segment..=self.end().segment
+    }
+
+    /// The logical length up to which segment `segment` may be read: its whole length for a
+    /// finished segment (a sealed file's footer is read on first use), the published end for
+    /// the newest. Only whole batches lie below it.
+    pub fn segment_end(&self, segment: u64) -> Result<u64, LogError> {
+        let end = self.end();
+        if segment > end.segment {
+            return Err(LogError::invalid(format!(
+                "segment {segment} lies past the end {end:?}"
+            )));
+        }
+        Ok(self.shared.segment_for(segment, end)?.1)
+    }
+
+    /// Copies the logical bytes `[offset, offset + buf.len())` of segment `segment` into
+    /// `buf`, as the segment's logical stream has them (the frames, byte for byte, from an
+    /// active file or decompressed from a sealed one). The range must lie in the records
+    /// (`offset >= SEGMENT_HEADER_BYTES`) and below [`Log::segment_end`]. This is how a copy
+    /// of the log elsewhere (a replica) takes whole batches without decoding them.
+    pub fn read_logical(&self, segment: u64, offset: u64, buf: &mut [u8]) -> Result<(), LogError> {
+        let end = self.end();
+        let (seg, bound) = self.shared.segment_for(segment, end)?;
+        let to = offset.checked_add(buf.len() as u64);
+        if offset < HEADER_BYTES || to.is_none_or(|t| t > bound) {
+            return Err(LogError::invalid(format!(
+                "bytes {offset}..+{} of segment {segment} are not records below its end {bound}",
+                buf.len()
+            )));
+        }
+        let mut hint = BlockHint::new(true);
+        self.shared.read_bytes(&seg, offset, buf, &mut hint)
+    }
+
     /// True after a failed write or sync: appends fail until the log is reopened. One atomic
     /// load, no lock: callers may ask on every request.
     pub fn is_poisoned(&self) -> bool {

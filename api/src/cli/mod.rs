@@ -55,6 +55,23 @@ Codex (~/.codex/config.toml):
   command = \"logbook\"
   args = [\"mcp\", \"--root\", \"/home/me/.logbook\"]";
 
+/// The long help of `logbook replicate`.
+#[cfg(feature = "replica")]
+const REPLICATE_ABOUT: &str = "Copy this Root continuously to an S3-compatible bucket, beside \
+the process that writes it (no lock is taken and nothing in the Root is written).
+
+Each round (at most one a second while something changed, none while idle) uploads new blobs, \
+patches and sealed segment files once, the tail of every changed log as a chunk of whole \
+batches, then a manifest naming the objects of a consistent Root at that moment. Killing it is \
+safe: the next run reads the newest manifest and goes on without uploading anything twice. A \
+failing store is retried with backoff. Nothing is ever deleted from the bucket.
+
+Credentials: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION (or AWS_DEFAULT_REGION), \
+optionally AWS_SESSION_TOKEN; --endpoint or AWS_ENDPOINT_URL for S3-compatible servers.
+
+  logbook replicate --to s3://my-bucket/laptop --endpoint http://127.0.0.1:9000
+  logbook restore --from s3://my-bucket/laptop --root /tmp/copy --at 2h";
+
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Make a new Root (the directory must be absent or empty).
@@ -248,6 +265,40 @@ enum Command {
         #[arg(long)]
         through: Option<u64>,
     },
+    /// Copy this Root continuously to an S3-compatible bucket: sealed segments, blobs and
+    /// patches once, the growing tails every second, and a manifest per round. Runs beside
+    /// the writer until stopped (killing it is safe: the next run resumes).
+    #[cfg(feature = "replica")]
+    #[command(long_about = REPLICATE_ABOUT)]
+    Replicate {
+        /// Where the replica lives (one prefix per Root).
+        #[arg(long, value_name = "s3://BUCKET/PREFIX")]
+        to: String,
+        /// An S3-compatible endpoint, path-style (default: $AWS_ENDPOINT_URL, else AWS);
+        /// plain http only on loopback.
+        #[arg(long, value_name = "URL")]
+        endpoint: Option<String>,
+        /// Upload what is new once (one round and its manifest), then exit.
+        #[arg(long)]
+        once: bool,
+    },
+    /// Build a new Root (--root, an absent or empty directory) from a replica: the newest
+    /// manifest, or the last one at or before --at. Every object is checked, then the Root
+    /// is opened and verified.
+    #[cfg(feature = "replica")]
+    Restore {
+        /// Where the replica lives.
+        #[arg(long, value_name = "s3://BUCKET/PREFIX")]
+        from: String,
+        /// An S3-compatible endpoint, path-style (default: $AWS_ENDPOINT_URL, else AWS).
+        #[arg(long, value_name = "URL")]
+        endpoint: Option<String>,
+        /// Restore the Root as of the last manifest at or before TIME: RFC 3339
+        /// (2026-12-05T07:40:00Z), milliseconds since the Unix epoch, or a span back from now
+        /// (30s, 15m, 2h, 1d).
+        #[arg(long, value_name = "TIME")]
+        at: Option<String>,
+    },
     /// Import agent transcripts (Claude Code and Codex JSONL) or Logbook bundles; again to
     /// bring in what the transcripts gained since. With no path, the agents' default places
     /// ($CLAUDE_CONFIG_DIR/projects or ~/.claude/projects, $CODEX_HOME/sessions or
@@ -317,6 +368,8 @@ impl Ctx {
 }
 
 pub fn run(args: Args) -> Result<(), ApiError> {
+    #[cfg(feature = "replica")]
+    let explicit_root = args.root.clone();
     let root = logbook_api::default_root(args.root);
     if args.read_only && matches!(args.command, Command::Init | Command::Demo) {
         return Err(ApiError::new(
@@ -347,6 +400,20 @@ pub fn run(args: Args) -> Result<(), ApiError> {
             let stdin = io::stdin().lock();
             logbook_api::serve::serve(host, stdin, Box::new(io::stdout()))
                 .map_err(|err| ApiError::new(ErrorCode::Io, format!("serve: {err}")))
+        }
+        #[cfg(feature = "replica")]
+        Command::Replicate { to, endpoint, once } => {
+            existing_root(&root)?;
+            replicate(&root, &to, endpoint.as_deref(), once, args.json)
+        }
+        #[cfg(feature = "replica")]
+        Command::Restore { from, endpoint, at } => {
+            let Some(dest) = &explicit_root else {
+                return Err(ApiError::invalid(
+                    "restore needs --root NEW_DIR: the directory to build the Root in (absent or empty)",
+                ));
+            };
+            restore(dest, &from, endpoint.as_deref(), at.as_deref(), args.json)
         }
         Command::Mcp => logbook_api::mcp::serve_stdio(&root),
         Command::Demo => crate::cli::demo_entry(&root),
@@ -430,6 +497,115 @@ fn may_read_beside(e: &logbook_engine::EngineError) -> bool {
         cause = c.source();
     }
     matches!(e.kind(), ErrorKind::Busy | ErrorKind::PermissionDenied) || read_only_fs
+}
+
+#[cfg(feature = "replica")]
+/// `logbook replicate`: rounds until killed (or one with `--once`), each manifest reported.
+fn replicate(
+    root: &std::path::Path,
+    to: &str,
+    endpoint: Option<&str>,
+    once: bool,
+    json: bool,
+) -> Result<(), ApiError> {
+    let target = logbook_replica::Target::from_env(to, endpoint)?;
+    let store = logbook_replica::Store::connect(&target)?;
+    let mut replicator = logbook_replica::Replicator::open(root, store)?;
+    let report = |r: &logbook_replica::RoundReport| {
+        let Some(manifest) = &r.manifest else {
+            if let Some(why) = &r.held_back {
+                eprintln!("round {}: manifest held back: {why}", r.round);
+            }
+            return;
+        };
+        if json {
+            println!(
+                "{}",
+                json!({"round": r.round, "manifest": manifest, "manifestMs": r.manifest_ms,
+                       "startedMs": r.started_ms,
+                       "full": r.full, "puts": r.puts, "putBytes": r.put_bytes,
+                       "adopted": r.adopted, "logsRead": r.logs_read})
+            );
+        } else {
+            println!(
+                "round {}: {} objects, {} bytes, {} manifest {manifest}",
+                r.round,
+                r.puts,
+                r.put_bytes,
+                if r.full { "full" } else { "delta" }
+            );
+        }
+    };
+    if once {
+        let r = replicator.round()?;
+        report(&r);
+        return Ok(());
+    }
+    eprintln!(
+        "replicating {} to {} (stop with Ctrl-C; the next run resumes)",
+        root.display(),
+        target.location()
+    );
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    replicator
+        .run(&stop, |outcome| match outcome {
+            Ok(r) => report(r),
+            Err(e) => eprintln!("round failed, trying again: {e}"),
+        })
+        .map_err(ApiError::from)
+}
+
+/// `logbook restore`.
+#[cfg(feature = "replica")]
+fn restore(
+    dest: &std::path::Path,
+    from: &str,
+    endpoint: Option<&str>,
+    at: Option<&str>,
+    json: bool,
+) -> Result<(), ApiError> {
+    let at_ms = at.map(at_time).transpose()?;
+    let target = logbook_replica::Target::from_env(from, endpoint)?;
+    let store = logbook_replica::Store::connect(&target)?;
+    let r = logbook_replica::restore(&store, dest, at_ms)?;
+    if json {
+        println!(
+            "{}",
+            json!({"manifest": r.manifest, "round": r.round, "createdMs": r.created_ms,
+                   "manifests": r.manifests, "objects": r.objects, "bytes": r.bytes,
+                   "sessions": r.sessions, "records": r.records})
+        );
+    } else {
+        println!(
+            "restored {} Sessions ({} records, {} objects, {} bytes) into {} as of {} (manifest {}); verify: clean",
+            r.sessions,
+            r.records,
+            r.objects,
+            r.bytes,
+            dest.display(),
+            show::rfc3339(r.created_ms),
+            r.manifest
+        );
+    }
+    Ok(())
+}
+
+#[cfg(feature = "replica")]
+/// `--at`: RFC 3339, milliseconds since the epoch, or a span back from now.
+fn at_time(text: &str) -> Result<u64, ApiError> {
+    if let Ok(ms) = text.parse::<u64>() {
+        return Ok(ms);
+    }
+    if let Some(ms) = logbook_engine::parse_rfc3339_ms(text) {
+        return Ok(ms);
+    }
+    let spanned = since_time(text)?;
+    logbook_engine::parse_rfc3339_ms(&spanned).ok_or_else(|| {
+        ApiError::invalid(format!(
+            "--at {text:?} is not a time: give RFC 3339 (2026-12-05T07:40:00Z), milliseconds \
+             since the epoch, or a span back from now (30s, 15m, 2h, 1d)"
+        ))
+    })
 }
 
 /// `not_found` unless a Root is at `root` (commands that make no Root never make one).
@@ -974,6 +1150,10 @@ fn run_command(ctx: &Ctx, command: Command) -> Result<(), ApiError> {
         }
         Command::Import { files, workspace } => {
             logbook_api::import::run(&ctx.host, &files, workspace.as_deref(), ctx.json)?;
+        }
+        #[cfg(feature = "replica")]
+        Command::Replicate { .. } | Command::Restore { .. } => {
+            unreachable!("handled before a Host is opened")
         }
         Command::Init
         | Command::Serve

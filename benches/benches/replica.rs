@@ -1,0 +1,367 @@
+//! Replication to a real S3 server on loopback (s3s-fs, started here): a bench binary, not
+//! criterion (each figure is one long run). Parts, chosen by LOGBOOK_BENCH_REPLICA (default
+//! `upload,lag,day`):
+//!
+//! - `upload`: a Root of LOGBOOK_BENCH_ROOT_MIB (1024) MiB of log data, closed (so sealed),
+//!   uploaded by one round, then restored; MB/s of each.
+//! - `lag`: the Host appending LOGBOOK_BENCH_LAG_MBS (50) MB/s across
+//!   LOGBOOK_BENCH_LAG_SESSIONS (100) Sessions for LOGBOOK_BENCH_LAG_SECS (20) s while the
+//!   replicator runs: time from each acknowledgement to the manifest that covers it.
+//! - `day`: a simulated day of agent traffic (LOGBOOK_BENCH_DAY_ROUNDS rounds of one second,
+//!   86,400 by default), a round after each second's appends: bytes uploaded per byte
+//!   appended, by kind of object.
+//!
+//! Run: `cargo bench -p logbook-benches --bench replica` (s3s-fs must be installed).
+
+#![allow(clippy::unwrap_used)]
+
+#[path = "../../replica/tests/common/mod.rs"]
+mod s3;
+
+use logbook_engine::{CreateSessionParams, Root, RootOptions, SendParams};
+use logbook_replica::{restore, Replicator};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// Text of about `len` bytes: words from a vocabulary of 2,048, so it compresses about as
+/// agent transcripts do (zstd 2-4x), not to nothing.
+fn text(rng: &mut Rng, vocab: &[String], len: usize) -> String {
+    let mut s = String::with_capacity(len + 16);
+    while s.len() < len {
+        s.push_str(&vocab[(rng.next() % vocab.len() as u64) as usize]);
+        s.push(if rng.next().is_multiple_of(12) {
+            '\n'
+        } else {
+            ' '
+        });
+    }
+    s
+}
+
+fn vocabulary(rng: &mut Rng) -> Vec<String> {
+    (0..2048)
+        .map(|_| {
+            let n = 2 + rng.next() % 9;
+            (0..n)
+                .map(|_| (b'a' + (rng.next() % 26) as u8) as char)
+                .collect()
+        })
+        .collect()
+}
+
+fn create(root: &Root, id: &str) {
+    root.create_session(CreateSessionParams {
+        session_id: Some(id.into()),
+        workspace: None,
+        operation: format!("create-{id}"),
+    })
+    .unwrap();
+}
+
+fn send(root: &Root, id: &str, op: u64, text: String) {
+    root.send(SendParams {
+        session_id: id.into(),
+        operation: format!("op-{op}"),
+        text,
+        attachments: vec![],
+    })
+    .unwrap();
+}
+
+fn du(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| {
+            let m = e.metadata().unwrap();
+            if m.is_dir() {
+                du(&e.path())
+            } else {
+                m.len()
+            }
+        })
+        .sum()
+}
+
+fn mbs(bytes: u64, d: Duration) -> f64 {
+    bytes as f64 / 1e6 / d.as_secs_f64()
+}
+
+fn upload(s3: &s3::S3) {
+    let mib = env_u64("LOGBOOK_BENCH_ROOT_MIB", 1024);
+    let sessions = 64;
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("root");
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let vocab = vocabulary(&mut rng);
+    let started = Instant::now();
+    {
+        let root = Root::open_or_init(&src).unwrap();
+        for s in 0..sessions {
+            create(&root, &format!("s{s}"));
+        }
+        let per = 256 << 10;
+        let sends = (mib << 20) / per;
+        for i in 0..sends {
+            let t = text(&mut rng, &vocab, per as usize);
+            send(&root, &format!("s{}", i % sessions), i, t);
+        }
+    }
+    let on_disk = du(&src);
+    eprintln!(
+        "upload: built a Root of {mib} MiB of messages in {:.1} s ({} MB on disk)",
+        started.elapsed().as_secs_f64(),
+        on_disk / 1_000_000
+    );
+    let t = Instant::now();
+    let mut r = Replicator::open(&src, s3.store("upload")).unwrap();
+    let rep = r.round().unwrap();
+    let up = t.elapsed();
+    let (state, _) =
+        logbook_replica::read_manifest(&s3.store("upload"), rep.manifest.as_deref().unwrap())
+            .unwrap();
+    let logical: u64 = (state.logs.values().flat_map(|l| l.values()))
+        .map(|s| s.end())
+        .sum();
+    println!(
+        "replica/upload/{mib}MiB: {:.2} s; Root on disk {} MB -> {:.0} MB/s; log data {} MB -> \
+         {:.0} MB/s; uploaded {} objects, {} MB",
+        up.as_secs_f64(),
+        on_disk / 1_000_000,
+        mbs(on_disk, up),
+        logical / 1_000_000,
+        mbs(logical, up),
+        rep.puts,
+        rep.put_bytes / 1_000_000
+    );
+    let dest = dir.path().join("restored");
+    let t = Instant::now();
+    let report = restore(&s3.store("upload"), &dest, None).unwrap();
+    let all = t.elapsed();
+    println!(
+        "replica/restore/{mib}MiB: {:.2} s in all; download, check and write {:.2} s -> {:.0} \
+         MB/s of objects ({} MB), {:.0} MB/s of Root on disk; open and verify {:.2} s ({} \
+         Sessions, {} records)",
+        all.as_secs_f64(),
+        report.download.as_secs_f64(),
+        mbs(report.bytes, report.download),
+        report.bytes / 1_000_000,
+        mbs(on_disk, report.download),
+        report.verify.as_secs_f64(),
+        report.sessions,
+        report.records
+    );
+}
+
+fn lag(s3: &s3::S3) {
+    let rate = env_u64("LOGBOOK_BENCH_LAG_MBS", 50) * 1_000_000;
+    let sessions = env_u64("LOGBOOK_BENCH_LAG_SESSIONS", 100);
+    let secs = env_u64("LOGBOOK_BENCH_LAG_SECS", 20);
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("root");
+    let root = Arc::new(Root::open_or_init_with(&src, RootOptions::default()).unwrap());
+    for s in 0..sessions {
+        create(&root, &format!("s{s}"));
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let reports = Arc::new(Mutex::new(Vec::new()));
+    let replicator = {
+        let (stop, reports) = (Arc::clone(&stop), Arc::clone(&reports));
+        let mut r = Replicator::open(&src, s3.store("lag")).unwrap();
+        std::thread::spawn(move || {
+            r.run(&stop, |o| {
+                if let Ok(rep) = o {
+                    if rep.manifest.is_some() {
+                        reports
+                            .lock()
+                            .unwrap()
+                            .push((rep.started_ms, rep.manifest_ms));
+                    }
+                }
+            })
+            .unwrap();
+        })
+    };
+    let writers = 4u64;
+    let msg = 16 << 10;
+    let started = Instant::now();
+    let handles: Vec<_> = (0..writers)
+        .map(|w| {
+            let root = Arc::clone(&root);
+            std::thread::spawn(move || {
+                let mut rng = Rng(w * 7919 + 1);
+                let vocab = vocabulary(&mut rng);
+                let mut acks = Vec::new();
+                let mut sent = 0u64;
+                let begin = Instant::now();
+                let mut i = 0u64;
+                while begin.elapsed() < Duration::from_secs(secs) {
+                    // Paced to this writer's share of the rate.
+                    let due = Duration::from_secs_f64(sent as f64 / (rate / writers) as f64);
+                    if let Some(wait) = due.checked_sub(begin.elapsed()) {
+                        std::thread::sleep(wait);
+                    }
+                    let s = w + writers * (i % (sessions / writers));
+                    let t = text(&mut rng, &vocab, msg);
+                    sent += t.len() as u64;
+                    send(&root, &format!("s{s}"), w << 40 | i, t);
+                    acks.push(now_ms());
+                    i += 1;
+                }
+                (acks, sent)
+            })
+        })
+        .collect();
+    let mut acks = Vec::new();
+    let mut sent = 0;
+    for h in handles {
+        let (a, s) = h.join().unwrap();
+        acks.extend(a);
+        sent += s;
+    }
+    let took = started.elapsed();
+    std::thread::sleep(Duration::from_secs(3));
+    stop.store(true, Ordering::Release);
+    replicator.join().unwrap();
+    let reports = reports.lock().unwrap().clone();
+    let mut lags: Vec<u64> = acks
+        .iter()
+        .map(|a| {
+            reports
+                .iter()
+                .find(|(s, _)| s >= a)
+                .map_or(u64::MAX, |(_, m)| m - a)
+        })
+        .collect();
+    lags.sort_unstable();
+    println!(
+        "replica/lag/{sessions}x{}MBs: appended {:.1} MB/s ({} sends of {} KiB in {:.1} s); lag \
+         p50 {} ms, p99 {} ms, max {} ms over {} manifests",
+        rate / 1_000_000,
+        mbs(sent, took),
+        acks.len(),
+        msg >> 10,
+        took.as_secs_f64(),
+        lags[lags.len() / 2],
+        lags[lags.len() * 99 / 100],
+        lags[lags.len() - 1],
+        reports.len()
+    );
+}
+
+fn day(s3: &s3::S3) {
+    let rounds = env_u64("LOGBOOK_BENCH_DAY_ROUNDS", 86_400);
+    let sessions = 16u64;
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("root");
+    let root = Root::open_or_init(&src).unwrap();
+    for s in 0..sessions {
+        create(&root, &format!("s{s}"));
+    }
+    let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+    let vocab = vocabulary(&mut rng);
+    let mut r = Replicator::open(&src, s3.store("day")).unwrap();
+    let mut op = 0;
+    let mut puts = 0;
+    let mut manifests = (0, 0);
+    let t = Instant::now();
+    for _ in 0..rounds {
+        // Each Session takes a turn about every 30 s: a user message, a model answer and a
+        // tool result or two, sized as in agent transcripts.
+        for s in 0..sessions {
+            if !rng.next().is_multiple_of(30) {
+                continue;
+            }
+            for size in [
+                100 + rng.next() % 1500,
+                500 + rng.next() % 6000,
+                200 + rng.next() % 20_000,
+            ] {
+                op += 1;
+                let t = text(&mut rng, &vocab, size as usize);
+                send(&root, &format!("s{s}"), op, t);
+            }
+        }
+        let rep = r.round().unwrap();
+        puts += rep.puts;
+        if rep.manifest.is_some() {
+            manifests.0 += 1;
+            manifests.1 += u64::from(rep.full);
+        }
+    }
+    let took = t.elapsed();
+    let store = s3.store("day");
+    let mut by_kind = std::collections::BTreeMap::new();
+    for l in store.list("data/", None, None).unwrap() {
+        let kind = l.name.split('/').nth(2).unwrap_or("?").to_owned();
+        *by_kind.entry(kind).or_insert(0u64) += l.bytes;
+    }
+    let manifest_bytes: u64 = (store.list("manifests/", None, None).unwrap())
+        .iter()
+        .map(|l| l.bytes)
+        .sum();
+    let key = logbook_replica::find_manifest(&store, None)
+        .unwrap()
+        .unwrap();
+    let (state, _) = logbook_replica::read_manifest(&store, &key).unwrap();
+    let appended: u64 = (state.logs.values().flat_map(|l| l.values()))
+        .map(|s| s.end())
+        .sum();
+    let total: u64 = by_kind.values().sum::<u64>() + manifest_bytes;
+    let part = |k: &str| by_kind.get(k).copied().unwrap_or(0) as f64 / appended as f64;
+    println!(
+        "replica/day/{rounds}rounds: appended {} MB in {} sends; uploaded {} MB in {puts} PUTs: \
+         {:.3} bytes per byte appended (chunks {:.3}, sealed {:.3}, manifests {:.3}; {} \
+         manifests, {} full) in {:.0} s",
+        appended / 1_000_000,
+        op,
+        total / 1_000_000,
+        total as f64 / appended as f64,
+        part("c"),
+        part("g"),
+        manifest_bytes as f64 / appended as f64,
+        manifests.0,
+        manifests.1,
+        took.as_secs_f64()
+    );
+}
+
+fn main() {
+    let Some(s3) = s3::S3::start() else { return };
+    let parts = std::env::var("LOGBOOK_BENCH_REPLICA").unwrap_or_else(|_| "upload,lag,day".into());
+    for part in parts.split(',') {
+        match part {
+            "upload" => upload(&s3),
+            "lag" => lag(&s3),
+            "day" => day(&s3),
+            other => panic!("unknown part {other:?}: upload, lag, day"),
+        }
+    }
+}
