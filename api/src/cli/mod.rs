@@ -377,6 +377,13 @@ pub fn run(args: Args) -> Result<(), ApiError> {
             "--read-only opens an existing Root to read it; init and demo write one",
         ));
     }
+    #[cfg(feature = "replica")]
+    if args.read_only && matches!(args.command, Command::Restore { .. }) {
+        return Err(ApiError::new(
+            ErrorCode::InvalidArgument,
+            "--read-only opens an existing Root to read it; restore builds a new one",
+        ));
+    }
     match args.command {
         Command::Init => {
             logbook_engine::Root::init(&root)?;
