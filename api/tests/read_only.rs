@@ -187,3 +187,56 @@ fn a_reader_process_sees_acknowledged_appends_within_100_ms() {
     assert!(writer.finish().success());
     assert!(reader.finish().success());
 }
+
+/// A Root on a read-only mount: commands that only read work (as readers, with no lock and no
+/// write), a command that writes fails cleanly. The mount is a real read-only bind mount in a
+/// mount namespace of its own (`unshare -m`).
+#[test]
+fn reading_commands_work_on_a_read_only_mount() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let logbook = |args: &[&str]| {
+        std::process::Command::new(bin())
+            .arg("--root")
+            .arg(&root)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    assert!(logbook(&["new", "--id", "s1"]).status.success());
+    assert!(logbook(&["send", "s1", "words kept on a read-only disk"])
+        .status
+        .success());
+    let ro = dir.path().join("ro");
+    std::fs::create_dir(&ro).unwrap();
+    let script = format!(
+        "mount --bind \"$1\" \"$2\" && mount -o remount,bind,ro \"$2\" || exit 97; \
+         \"$0\" --root \"$2\" search s1 'read-only disk' || exit $?; \
+         \"$0\" --root \"$2\" sessions || exit $?; \
+         \"$0\" --root \"$2\" send s1 'no' ; echo \"send exit $?\""
+    );
+    let out = std::process::Command::new("unshare")
+        .args(["-m", "sh", "-c", &script])
+        .arg(bin())
+        .arg(&root)
+        .arg(&ro)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    if out.status.code() == Some(97) || stderr.contains("Operation not permitted") {
+        eprintln!("skipped: this machine does not allow a private read-only mount: {stderr}");
+        return;
+    }
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("read-only disk"), "{stdout}\n{stderr}");
+    assert!(stdout.contains("s1"), "{stdout}");
+    // The write is refused with an error, not a panic, and nothing was changed.
+    assert!(
+        stdout.contains("send exit ") && !stdout.contains("send exit 0"),
+        "{stdout}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
