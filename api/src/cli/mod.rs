@@ -450,6 +450,13 @@ pub fn run(args: Args) -> Result<(), ApiError> {
                 logbook_engine::Root::open_or_init_with(&root, options)
             } else {
                 existing_root(&root)?;
+                // A Root this process may not write is read as a reader at once, without
+                // trying the writer lock (a read-only mount of a Root written elsewhere).
+                let writable = rustix::fs::access(&root, rustix::fs::Access::WRITE_OK).is_ok();
+                let options = logbook_engine::RootOptions {
+                    read_only: options.read_only || (reads_only(&command) && !writable),
+                    ..options
+                };
                 match logbook_engine::Root::open_with(&root, options.clone()) {
                     // A command that only reads goes on as a reader beside the process that
                     // holds the Root (a running host), or on a Root it may not write.
