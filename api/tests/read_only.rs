@@ -209,14 +209,12 @@ fn reading_commands_work_on_a_read_only_mount() {
         .success());
     let ro = dir.path().join("ro");
     std::fs::create_dir(&ro).unwrap();
-    let script = format!(
-        "mount --bind \"$1\" \"$2\" && mount -o remount,bind,ro \"$2\" || exit 97; \
+    let script = "mount --bind \"$1\" \"$2\" && mount -o remount,bind,ro \"$2\" || exit 97; \
          \"$0\" --root \"$2\" search s1 'read-only disk' || exit $?; \
          \"$0\" --root \"$2\" sessions || exit $?; \
-         \"$0\" --root \"$2\" send s1 'no' ; echo \"send exit $?\""
-    );
+         \"$0\" --root \"$2\" send s1 'no' ; echo \"send exit $?\"";
     let out = std::process::Command::new("unshare")
-        .args(["-m", "sh", "-c", &script])
+        .args(["-m", "sh", "-c", script])
         .arg(bin())
         .arg(&root)
         .arg(&ro)
