@@ -917,6 +917,31 @@ type Prepared = (
     Box<dyn FnOnce(Vec<(String, u64)>) -> Done + Send>,
 );
 
+/// A job that uploads `data` as one object named `name` (whose SHA-256 is `sha`); `done` makes
+/// the round's record of it from the stored object.
+fn one_object(
+    name: DataName,
+    data: Vec<u8>,
+    sha: String,
+    done: impl FnOnce(Object) -> Done + Send + 'static,
+) -> Prepared {
+    let made = vec![Made {
+        name,
+        bytes: Bytes::from(data),
+    }];
+    (
+        made,
+        Box::new(move |o| {
+            let (key, bytes) = o.into_iter().next().expect("one object");
+            done(Object {
+                key,
+                bytes,
+                sha256: sha,
+            })
+        }),
+    )
+}
+
 fn prepare(job: Job) -> Result<Prepared, ReplicaError> {
     match job {
         Job::Blob { sha, file } => {
@@ -928,24 +953,10 @@ fn prepare(job: Job) -> Result<Prepared, ReplicaError> {
                     reason: format!("its bytes hash to {got}, not to its name"),
                 });
             }
-            let made = vec![Made {
-                name: DataName::Blob(sha.clone()),
-                bytes: Bytes::from(data),
-            }];
-            Ok((
-                made,
-                Box::new(move |o| {
-                    let (key, bytes) = o.into_iter().next().expect("one object");
-                    Done::Blob(
-                        sha.clone(),
-                        Object {
-                            key,
-                            bytes,
-                            sha256: sha,
-                        },
-                    )
-                }),
-            ))
+            let name = DataName::Blob(sha.clone());
+            Ok(one_object(name, data, sha.clone(), move |o| {
+                Done::Blob(sha, o)
+            }))
         }
         Job::Patch { name, file } => {
             let data = read_file(&file)?;
@@ -957,24 +968,10 @@ fn prepare(job: Job) -> Result<Prepared, ReplicaError> {
                 });
             }
             let sha = sha256_hex(&data);
-            let made = vec![Made {
-                name: DataName::Patch(name.clone()),
-                bytes: Bytes::from(data),
-            }];
-            Ok((
-                made,
-                Box::new(move |o| {
-                    let (key, bytes) = o.into_iter().next().expect("one object");
-                    Done::Patch(
-                        name,
-                        Object {
-                            key,
-                            bytes,
-                            sha256: sha,
-                        },
-                    )
-                }),
-            ))
+            let data_name = DataName::Patch(name.clone());
+            Ok(one_object(data_name, data, sha, move |o| {
+                Done::Patch(name, o)
+            }))
         }
         Job::Sealed {
             log,
