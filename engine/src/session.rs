@@ -19,7 +19,7 @@ use crate::postings::SearchIndex;
 use crate::progress::{ProgressSink, ProgressUnit};
 use crate::records::{self, EventRecord, EventRecordRef, Outcome, Prepared, Receipt};
 use crate::state::State;
-use logbook_index::{FixedIndex, IndexError};
+use logbook_index::{FixedIndex, IndexError, IntHash};
 use logbook_log::{Durability, Location, Log, LogConfig, Reader, Record};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
@@ -409,16 +409,33 @@ pub const EVENT_CACHE_BYTES_MAX: usize = 8 << 20;
 
 /// Recently appended or read events, decoded, bounded by encoded size (oldest insert evicted
 /// first). The end of a conversation, which clients reread most, is served from here.
+/// A page read once is decoded with its texts borrowed from the log's bytes and not cached
+/// (the first page after an open costs no owned decode, and the close no frees); an event is
+/// cached when it is read a second time, as the end of a conversation is.
 #[derive(Default)]
 struct EventCache {
-    map: HashMap<u64, Arc<Event>>,
+    map: HashMap<u64, Arc<Event>, IntHash>,
     order: VecDeque<(u64, usize)>,
     bytes: usize,
+    /// Events read once, through the borrowed path, since this set was last emptied.
+    seen: HashSet<u64, IntHash>,
 }
+
+/// Most events [`EventCache::seen`] remembers before it starts over.
+const EVENT_CACHE_SEEN_MAX: usize = 4096;
 
 impl EventCache {
     fn get(&self, sequence: u64) -> Option<Arc<Event>> {
         self.map.get(&sequence).cloned()
+    }
+
+    /// True when event `sequence` was read before (and is worth caching now); remembers it
+    /// otherwise.
+    fn read_before(&mut self, sequence: u64) -> bool {
+        if self.seen.len() >= EVENT_CACHE_SEEN_MAX {
+            self.seen.clear();
+        }
+        !self.seen.insert(sequence)
     }
 
     fn insert(&mut self, sequence: u64, event: Arc<Event>, size: usize) {
@@ -763,7 +780,10 @@ impl Session {
             if loc_c >= log.end() || !Self::is_event_at(log, loc_c, c) {
                 return Ok(None);
             }
-            let keep_rows = inner.rows_through(c)? - inner.row_base();
+            let keep_rows = match Self::rows_covered(inner, c, cover.rows)? {
+                Some(n) => n,
+                None => inner.rows_through(c)? - inner.row_base(),
+            };
             // Receipts after the covered event (its own batch's receipt, typically) are not
             // cut here: the replay compares them with the log's and cuts only where they
             // differ, so an open that finds nothing new writes nothing.
@@ -781,8 +801,24 @@ impl Session {
         Ok(Some((loc_c, keep_receipts)))
     }
 
+    /// The checkpoint's own row count `rows` when the row index agrees that it ends at event
+    /// `c` (its entry before is of `c` or earlier, its entry there of a later event): two
+    /// entries read instead of a search of the index. `None` when they do not agree.
+    fn rows_covered(inner: &Inner, c: u64, rows: u64) -> Result<Option<u64>, IndexError> {
+        let seq_of = |i: u64| -> Result<Option<u64>, IndexError> {
+            Ok(inner.rows.get(i)?.map(|e| RowEntry::key(e).0))
+        };
+        let before = match rows.checked_sub(1) {
+            Some(i) => seq_of(i)?.is_some_and(|s| s <= c),
+            None => false,
+        };
+        let after = rows >= inner.rows.len() || seq_of(rows)?.is_some_and(|s| s > c);
+        Ok((before && after).then_some(rows))
+    }
+
     fn is_event_at(log: &Log, loc: Location, sequence: u64) -> bool {
-        match log.read(loc) {
+        // Borrowed from the log's bytes: only the first field is looked at.
+        match log.reader().read(loc) {
             // The sequence is the record's first field: the event itself need not be decoded
             // (the record's CRC was checked by the read).
             Ok(r) if r.kind == records::KIND_EVENT => {
@@ -1112,7 +1148,8 @@ impl Session {
     }
 
     /// Calls `f` with the rows event `sequence` publishes. With `keep`, the event comes from the
-    /// cache (read, decoded and cached when missing); without, the record is read through
+    /// cache (read, decoded and cached when missing and read before, see [`EventCache`]);
+    /// without, or on its first read, the record is read through
     /// `reader` and decoded with its texts borrowed from the bytes the log read (no copy but
     /// the ones `f` makes). Bulk reads pass `keep = false`, so they do not push the recently
     /// used events out of the cache, and one `reader` for all their events, so records next
@@ -1132,11 +1169,21 @@ impl Session {
                 .with_event_rows(&b.session.read(), sequence, keep, &mut None, f);
         }
         if keep {
-            let e = self.event_arc(inner, sequence)?;
-            return Ok(f(&rows_of(&e)));
+            let mut cache = lock_cache(&self.cache);
+            let cached = cache.get(sequence);
+            let again = cached.is_none() && cache.read_before(sequence);
+            drop(cache);
+            if let Some(e) = cached {
+                return Ok(f(&rows_of(&e)));
+            }
+            if again {
+                let e = self.event_arc(inner, sequence)?;
+                return Ok(f(&rows_of(&e)));
+            }
         }
         // Without `keep` the cache is not looked at either: reading the record through the
         // bulk reader costs less than taking the cache's lock for every event of a long run.
+        // With it, an event read for the first time comes this way too (see `EventCache`).
         let loc = self.location_of(inner, sequence)?;
         let record = reader
             .get_or_insert_with(|| self.log.reader())

@@ -54,6 +54,7 @@ mod error;
 mod fixed;
 mod fold;
 mod fsutil;
+mod hash;
 mod matcher;
 mod postings;
 #[rustfmt::skip]
@@ -68,6 +69,7 @@ pub use fixed::{
     FIXED_INDEX_FORMAT_VERSION, FIXED_INDEX_MAGIC, FIXED_WIDTH_MAX,
 };
 pub use fold::{fold_char, fold_into, is_word_char};
+pub use hash::{IntHash, IntHasher};
 pub use matcher::Matcher;
 pub use postings::{
     PostingsBatch, PostingsBuilder, PostingsFile, BLOCK_POSTINGS, POSTINGS_FORMAT_VERSION,

@@ -157,10 +157,25 @@ impl FileSystem for RealFs {
         File::open(dir)?.sync_all()
     }
     fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>> {
+        // `getdents64` into a buffer on the stack: `std::fs::read_dir` allocates 32 KiB per
+        // listing, and every open lists the log's folder.
+        use rustix::fs::{Mode, OFlags, RawDir};
+        let fd = rustix::fs::open(
+            dir,
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
+        let mut entries = RawDir::new(&fd, &mut buf);
         let mut names = Vec::new();
-        for e in std::fs::read_dir(dir)? {
-            if let Ok(name) = e?.file_name().into_string() {
-                names.push(name);
+        while let Some(e) = entries.next() {
+            let e = e?;
+            let name = e.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            if let Ok(name) = std::str::from_utf8(name) {
+                names.push(name.to_owned());
             }
         }
         Ok(names)

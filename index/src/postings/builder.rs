@@ -2,34 +2,16 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 use std::path::Path;
 
 use super::codec::{get_varint, put_varint};
 use super::{file, intersect, normalise_trigrams, DocCursor, ALL_DOCS_KEY};
 use crate::error::IndexError;
+use crate::hash::IntHasher;
 use crate::trigram::for_each_trigram;
 
-/// Multiplicative hash for 24-bit keys: std's default hasher costs more than
-/// the rest of `add` together.
-#[derive(Default)]
-struct TrigramHasher(u64);
-
-impl Hasher for TrigramHasher {
-    fn finish(&self) -> u64 {
-        self.0 ^ (self.0 >> 32)
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_u32(&mut self, v: u32) {
-        self.0 = u64::from(v).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
-
-type TrigramMap<V> = HashMap<u32, V, BuildHasherDefault<TrigramHasher>>;
+type TrigramMap<V> = HashMap<u32, V, BuildHasherDefault<IntHasher>>;
 
 /// Bits in the per-thread "seen in this text" set: one per possible trigram.
 const SEEN_BITS: usize = 1 << 24;
