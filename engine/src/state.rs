@@ -84,10 +84,11 @@ pub(crate) struct LazyMaps {
     encoded: Option<Encoded>,
 }
 
-/// Bytes `range` of a checkpoint file as it was read (kept whole: no second copy).
+/// Bytes `range` of a checkpoint file as it was mapped (no copy is made: a checkpoint is
+/// replaced whole by a rename, never written in place, so the map keeps the checked bytes).
 #[derive(Clone)]
 struct Encoded {
-    file: Arc<Vec<u8>>,
+    file: Arc<memmap2::Mmap>,
     range: std::ops::Range<usize>,
 }
 
@@ -315,7 +316,8 @@ impl State {
     /// Loads a checkpoint and the index lengths it was taken with; `None` as for `load`. Its
     /// CRC is checked and the head decoded; the maps stay encoded until their first use.
     pub(crate) fn load_covering(path: &Path) -> Option<(State, Coverage)> {
-        let file = Arc::new(std::fs::read(path).ok()?);
+        // Mapped, not read: a copy of a large checkpoint was most of a large Session's open.
+        let file = Arc::new(logbook_log::io::map_replaced_file(path).ok()??);
         if file.len() < CHECKPOINT_HEADER_BYTES + 4 {
             return None;
         }

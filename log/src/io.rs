@@ -415,3 +415,17 @@ impl FileSystem for FaultyFs {
         RealFs.create_empty(path)
     }
 }
+
+/// Maps the whole file at `path` read-only (`None` when it is empty), taking no descriptor
+/// beyond the call. Only for files that are replaced whole by a rename and never changed or
+/// truncated in place (checkpoints and the like): the map then keeps the bytes it was made
+/// over, even after the name points at a newer file.
+pub fn map_replaced_file(path: &Path) -> io::Result<Option<memmap2::Mmap>> {
+    let file = File::open(path)?;
+    if file.metadata()?.len() == 0 {
+        return Ok(None);
+    }
+    // SAFETY: read only; the caller's files are never written in place (see above), so the
+    // mapped bytes do not change under the map.
+    unsafe { memmap2::Mmap::map(&file) }.map(Some)
+}
