@@ -54,6 +54,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+mod bulk;
 mod cache;
 mod error;
 mod format;
@@ -63,6 +64,7 @@ mod log;
 mod sealed;
 mod walk;
 
+pub use crate::bulk::BulkWriter;
 pub use crate::cache::{BlockCache, BLOCK_CACHE_BYTES};
 pub use crate::error::{ErrorKind, LogError};
 pub use crate::format::{
