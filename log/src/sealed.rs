@@ -343,6 +343,14 @@ fn open_file(fs: &dyn FileSystem, path: &Path, segment: u64) -> Result<Opened, L
     }
     let map = f.map().map_err(|e| LogError::io(path, "mmap", e))?;
     let (footer, table) = parse(path, segment, &map)?;
+    // The checks touched the first and last pages (header, table, footer), which the kernel
+    // may map in large pieces (a few MiB per file with large page-cache folios); the table is
+    // copied out, so they are let go. A streaming reader then maps no page of the file at all,
+    // and a reader through the map faults in only what it reads. Best effort: on failure
+    // the pages stay mapped, which costs memory, not correctness.
+    // SAFETY: the map is read-only, of a file never modified in place (docs/format.md): after
+    // DONTNEED a read of the map faults the same bytes in again from the file.
+    let _ = unsafe { map.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
     Ok(Opened { map, footer, table })
 }
 
