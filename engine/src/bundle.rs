@@ -39,6 +39,8 @@ pub const BUNDLE_MANIFEST_BYTES_MAX: u32 = 64 << 10;
 const ZSTD_LEVEL: i32 = 1;
 /// Longest entry of a framed part (an event, receipt or diagnostic record) an import accepts.
 const ENTRY_BYTES_MAX: u64 = 1 << 30;
+/// Bytes reserved for an entry of a framed part before its bytes are read.
+const ENTRY_RESERVE_BYTES: u64 = 256 << 10;
 const HEADER_BYTES: usize = 16;
 
 const EVENTS: u8 = 1;
@@ -798,9 +800,10 @@ impl<'r, R: BufRead> PartReader<'r, R> {
         if len > ENTRY_BYTES_MAX || len > self.info.raw {
             return Err(self.err(format!("an entry of {len} bytes")));
         }
-        // Grown as bytes arrive: a manifest that claims a long entry costs no memory until
-        // the bytes are really there.
-        let mut payload = Vec::new();
+        // Room for a short entry at once (most are a few KiB: growing from nothing costs a
+        // dozen reallocations each); a longer one grows as its bytes arrive, so a manifest
+        // that claims a long entry costs no more than this until the bytes are really there.
+        let mut payload = Vec::with_capacity(len.min(ENTRY_RESERVE_BYTES) as usize);
         let got = (&mut self.r)
             .take(len)
             .read_to_end(&mut payload)
