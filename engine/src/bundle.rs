@@ -16,10 +16,10 @@ use crate::layer::ForkMarker;
 use crate::records::{self, EventRecord, ImportRecord, Outcome, Receipt};
 use crate::registry::{import_staging_dir, Entry, Shared};
 use crate::root::Root;
-use crate::session::{Checkpoint, Session};
+use crate::session::{Checkpoint, IndexBuilder, Session};
 use crate::sync::lock;
 use crate::validate::{validate_event, validate_id, validate_session_id};
-use logbook_log::{Durability, Log, LogConfig, Record};
+use logbook_log::{BulkWriter, Durability, Location, Log, LogConfig, Record};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeSet, HashSet};
@@ -39,11 +39,9 @@ pub const BUNDLE_MANIFEST_BYTES_MAX: u32 = 64 << 10;
 const ZSTD_LEVEL: i32 = 1;
 /// Longest entry of a framed part (an event, receipt or diagnostic record) an import accepts.
 const ENTRY_BYTES_MAX: u64 = 1 << 30;
-/// Event and receipt records appended to a staged log per batch, in bytes.
-const STAGE_BATCH_BYTES: usize = 4 << 20;
+/// Bytes reserved for an entry of a framed part before its bytes are read.
+const ENTRY_RESERVE_BYTES: u64 = 256 << 10;
 const HEADER_BYTES: usize = 16;
-/// Largest log segment an import writes (see `build`).
-const IMPORT_SEGMENT_BYTES_MAX: u64 = 16 << 20;
 
 const EVENTS: u8 = 1;
 const RECEIPTS: u8 = 2;
@@ -802,9 +800,10 @@ impl<'r, R: BufRead> PartReader<'r, R> {
         if len > ENTRY_BYTES_MAX || len > self.info.raw {
             return Err(self.err(format!("an entry of {len} bytes")));
         }
-        // Grown as bytes arrive: a manifest that claims a long entry costs no memory until
-        // the bytes are really there.
-        let mut payload = Vec::new();
+        // Room for a short entry at once (most are a few KiB: growing from nothing costs a
+        // dozen reallocations each); a longer one grows as its bytes arrive, so a manifest
+        // that claims a long entry costs no more than this until the bytes are really there.
+        let mut payload = Vec::with_capacity(len.min(ENTRY_RESERVE_BYTES) as usize);
         let got = (&mut self.r)
             .take(len)
             .read_to_end(&mut payload)
@@ -918,41 +917,11 @@ impl<'r, R: BufRead> PartReader<'r, R> {
     }
 }
 
-/// Records of the staged log, appended a few MiB at a time.
-struct Staged {
-    log: Log,
-    batch: Vec<(u8, Vec<u8>)>,
-    bytes: usize,
-}
-
-impl Staged {
-    fn push(&mut self, kind: u8, payload: Vec<u8>) -> Result<(), EngineError> {
-        self.bytes += payload.len();
-        self.batch.push((kind, payload));
-        if self.bytes >= STAGE_BATCH_BYTES {
-            self.flush()?;
-        }
-        Ok(())
-    }
-
-    fn flush(&mut self) -> Result<(), EngineError> {
-        if self.batch.is_empty() {
-            return Ok(());
-        }
-        let records: Vec<Record<'_>> = self
-            .batch
-            .iter()
-            .map(|(kind, payload)| Record {
-                kind: *kind,
-                payload,
-            })
-            .collect();
-        self.log.append(&records)?;
-        drop(records);
-        self.batch.clear();
-        self.bytes = 0;
-        Ok(())
-    }
+/// Appends one record to the staged log, as a batch of its own (an import's batches mean
+/// nothing: the whole log is published at once or not at all).
+fn append_one(log: &mut BulkWriter, kind: u8, payload: &[u8]) -> Result<Location, EngineError> {
+    let at = log.append(&[Record { kind, payload }])?;
+    Ok(at[0])
 }
 
 impl Root {
@@ -1141,19 +1110,17 @@ fn build(
     let incoming = staging.join("incoming");
     std::fs::create_dir_all(&incoming)
         .map_err(|e| EngineError::io(&incoming, "create directory", e))?;
-    // Segments no larger than `IMPORT_SEGMENT_BYTES_MAX`: the sealer holds a rolled segment
-    // whole while it compresses it, and an import rolls one after another.
+    // The log is written straight as sealed segments (no plain copy read back and compressed
+    // again by a sealer), with the Root's segment size.
     let config = LogConfig {
         durability: Durability::NoSyncBulkImport,
         preallocate_bytes: 0,
-        segment_bytes_max: sh.options.segment_bytes_max.min(IMPORT_SEGMENT_BYTES_MAX),
         ..sh.log_config()
     };
-    let mut staged = Staged {
-        log: Log::create(&staging.join("log"), config.clone())?,
-        batch: Vec::new(),
-        bytes: 0,
-    };
+    let mut log = BulkWriter::create(&staging.join("log"), &config)?;
+    // The indexes and the checkpoint are built as the records are written (what a replay of
+    // the new log would build), so the open below replays nothing.
+    let mut index = IndexBuilder::create(staging)?;
 
     // Events: dense from 1, `sessionCreated` first, each one as an append would accept it.
     let mut named = BTreeSet::new();
@@ -1186,17 +1153,17 @@ fn build(
         }
         state.apply(q, &event);
         event_blobs(&event, &mut named).map_err(|why| part.err(format!("event {q}: {why}")))?;
-        staged.push(records::KIND_EVENT, payload)?;
+        let loc = append_one(&mut log, records::KIND_EVENT, &payload)?;
+        index.event(q, loc, &event)?;
         if m.reset == Some(q) {
             let source = m
                 .branch
                 .as_ref()
                 .map(|b| b.session_id.clone())
                 .unwrap_or_default();
-            staged.push(
-                records::KIND_FORK,
-                records::encode(&ForkMarker::new(source, q)),
-            )?;
+            let marker = records::encode(&ForkMarker::new(source, q));
+            let loc = append_one(&mut log, records::KIND_FORK, &marker)?;
+            index.fork_marker(loc, &marker)?;
         }
     }
     part.finish()?;
@@ -1232,19 +1199,12 @@ fn build(
                 r.operation
             )));
         }
-        staged.push(records::KIND_RECEIPT, payload)?;
+        let loc = append_one(&mut log, records::KIND_RECEIPT, &payload)?;
+        index.receipt(loc, &r.operation)?;
     }
     part.finish()?;
-    staged.flush()?;
-    staged.log.sync()?;
-    if let Some(e) = staged.log.wait_for_sealing() {
-        return Err(EngineError::io(
-            staging,
-            "seal the imported log",
-            std::io::Error::other(e),
-        ));
-    }
-    drop(staged);
+    log.finish()?;
+    index.finish()?;
 
     // Attachments and patches, to files of their own until everything checked out.
     let mut files = Vec::new();

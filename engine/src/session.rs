@@ -334,6 +334,108 @@ impl Inner {
     }
 }
 
+/// The indexes and checkpoint of a new Session whose log is written in one pass (an import),
+/// built as its records are written: the entries a replay of that log would push, in the same
+/// order, so the Session's first open finds them whole and replays nothing but the records
+/// after its last event. Entries are written out (unsynced) every [`INDEX_FLUSH_ENTRIES`]
+/// so memory does not grow with the Session; [`IndexBuilder::finish`] syncs them and writes
+/// the checkpoint, which the caller may do only once the log is durable.
+pub(crate) struct IndexBuilder {
+    inner: Inner,
+    dir: PathBuf,
+    log_dir: PathBuf,
+    pushed: u64,
+}
+
+/// Index entries an [`IndexBuilder`] pushes between writes.
+const INDEX_FLUSH_ENTRIES: u64 = 1 << 16;
+
+impl IndexBuilder {
+    /// Empty indexes in `dir` (the Session's directory), whose log is `dir/log`.
+    pub(crate) fn create(dir: &Path) -> Result<IndexBuilder, EngineError> {
+        let fresh = |name: &str, tag, width| fresh_index(&dir.join(name), tag, width, false);
+        Ok(IndexBuilder {
+            inner: Inner {
+                seq: fresh("seq.idx", SEQ_TAG, SEQ_ENTRY_BYTES)?,
+                rows: fresh("row.idx", ROW_TAG, ROW_ENTRY_BYTES)?,
+                receipts: fresh("receipt.idx", RECEIPT_TAG, RECEIPT_ENTRY_BYTES)?,
+                state: State::default(),
+                base: None,
+            },
+            dir: dir.to_owned(),
+            log_dir: dir.join("log"),
+            pushed: 0,
+        })
+    }
+
+    /// Event `sequence` (the next one), written at `loc`.
+    pub(crate) fn event(
+        &mut self,
+        sequence: u64,
+        loc: Location,
+        event: &Event,
+    ) -> Result<(), EngineError> {
+        let want = self.inner.state.revision + 1;
+        if sequence != want {
+            return Err(EngineError::corrupt(
+                &self.log_dir,
+                format!("event at {loc:?} has sequence {sequence} where {want} was expected"),
+            ));
+        }
+        self.inner.index_event(sequence, loc, event);
+        self.pushed += 1;
+        self.flush_now_and_then()
+    }
+
+    /// A receipt of `operation`, written at `loc`.
+    pub(crate) fn receipt(&mut self, loc: Location, operation: &str) -> Result<(), EngineError> {
+        self.inner.index_receipt(loc, operation);
+        self.pushed += 1;
+        self.flush_now_and_then()
+    }
+
+    /// A fork marker (`payload`), written at `loc`: as the replay takes it.
+    pub(crate) fn fork_marker(&mut self, loc: Location, payload: &[u8]) -> Result<(), EngineError> {
+        crate::layer::apply_marker(&self.log_dir, loc, payload, &mut self.inner.state)?;
+        self.inner.receipts.truncate(0)?;
+        Ok(())
+    }
+
+    fn flush_now_and_then(&mut self) -> Result<(), EngineError> {
+        if self.pushed.is_multiple_of(INDEX_FLUSH_ENTRIES) {
+            self.write(false)?;
+        }
+        Ok(())
+    }
+
+    fn write(&mut self, synced: bool) -> Result<(), EngineError> {
+        let inner = &mut self.inner;
+        for ix in [&mut inner.seq, &mut inner.rows, &mut inner.receipts] {
+            let pending = ix.begin_sync()?;
+            let written = if synced {
+                pending.write()
+            } else {
+                pending.write_unsynced()
+            };
+            ix.finish_sync(written)?;
+        }
+        Ok(())
+    }
+
+    /// Syncs the indexes and writes the checkpoint covering them. The log must be durable
+    /// already (the checkpoint promises its last event is).
+    pub(crate) fn finish(mut self) -> Result<(), EngineError> {
+        self.write(true)?;
+        let cover = crate::state::Coverage {
+            rows: self.inner.rows.len(),
+            receipts: self.inner.receipts.len(),
+        };
+        self.inner
+            .state
+            .save_covering(&self.dir.join("state.ckpt"), cover)
+    }
+}
+
 /// The receipt index entry of the receipt of `operation` at `loc`.
 fn receipt_entry(loc: Location, operation: &str) -> [u8; RECEIPT_ENTRY_BYTES as usize] {
     let mut b = [0u8; RECEIPT_ENTRY_BYTES as usize];
@@ -862,7 +964,9 @@ impl Session {
             pos(self.log.end()).saturating_sub(origin),
             ProgressUnit::Bytes,
         );
-        for (n, item) in self.log.scan(start).enumerate() {
+        // A replay may pass over the whole log (a rebuild, an import): it streams, so the
+        // blocks it reads neither fill the shared block cache nor stay mapped.
+        for (n, item) in self.log.streaming_scan(start).enumerate() {
             let (loc, record, _) = item?;
             if n == 0 && skip_first {
                 continue;
@@ -1228,7 +1332,8 @@ impl Session {
                 at = through + 1;
             }
         }
-        let mut reader = self.log.reader();
+        // One pass over the whole history (an export): read in about a block of memory.
+        let mut reader = self.log.streaming_reader();
         let mut locs = Vec::new();
         while at <= to {
             let end = to.min(at + RUN - 1);
@@ -1271,7 +1376,8 @@ impl Session {
             locs
         };
         let log_path = self.log.dir().to_owned();
-        let mut reader = self.log.reader();
+        // One pass over the whole history (an export): read in about a block of memory.
+        let mut reader = self.log.streaming_reader();
         for loc in locs.into_iter().filter(|l| cutoff.is_none_or(|c| *l < c)) {
             let record = reader.read(loc)?;
             if record.kind != records::KIND_RECEIPT {

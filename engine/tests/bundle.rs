@@ -675,3 +675,137 @@ fn deep_json_goes_through_a_bundle_on_a_small_stack() {
         .join()
         .expect("no stack overflow");
 }
+
+/// The index files of Session `sid` (sequence, row and receipt indexes), byte for byte.
+fn index_files(dir: &Path, sid: &str) -> Vec<(String, Vec<u8>)> {
+    ["seq.idx", "row.idx", "receipt.idx"]
+        .iter()
+        .map(|n| {
+            let path = dir.join("sessions").join(sid).join(n);
+            (n.to_string(), std::fs::read(&path).expect("index file"))
+        })
+        .collect()
+}
+
+/// An import builds the indexes and checkpoint while the events stream in, instead of
+/// replaying the new log: they are the ones a replay of that log builds, byte for byte, for a
+/// plain Session and for a fork (whose log carries a fork marker), and over several segments.
+#[test]
+fn an_imported_sessions_indexes_are_the_ones_a_replay_builds() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = root_at(&tmp.path().join("a"));
+    let sid = create(&src, "s");
+    let (invs, patches) = populate(&src, &sid);
+    let mut rng = Rng(7);
+    for n in 100..120 {
+        random_turn(&src, &sid, &mut rng, n, false);
+    }
+    let fork = src
+        .fork(ForkParams {
+            session_id: sid.clone(),
+            operation: "fork-idx".into(),
+            from: ForkFrom::All,
+            revision: src.revision(&sid).expect("rev"),
+        })
+        .expect("fork");
+    random_turn(&src, &fork.session_id, &mut rng, 200, false);
+    let bundles = [
+        (sid.clone(), export(&src, &sid, None)),
+        (
+            fork.session_id.clone(),
+            export(&src, &fork.session_id, None),
+        ),
+    ];
+    // Patches are read from the Session that stored them.
+    let patches_of = |id: &str| if *id == sid { &patches[..] } else { &[][..] };
+    let dst_dir = tmp.path().join("b");
+    Root::init(&dst_dir).expect("init");
+    // Small segments: the imported log spans many sealed segments.
+    let opts = || RootOptions {
+        segment_bytes_max: 4 << 10,
+        ..RootOptions::default()
+    };
+    let mut want = Vec::new();
+    {
+        let dst = Root::open_with(&dst_dir, opts()).expect("open");
+        for (id, b) in &bundles {
+            import(&dst, b, None, &format!("imp-{id}")).expect("import");
+            want.push(reads(&dst, id, &invs, patches_of(id)));
+        }
+    }
+    let sealed = std::fs::read_dir(dst_dir.join("sessions").join(&sid).join("log"))
+        .expect("log dir")
+        .filter(|e| {
+            e.as_ref()
+                .expect("entry")
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".sealed")
+        })
+        .count();
+    assert!(sealed > 3, "the import wrote {sealed} sealed segments");
+    let built: Vec<_> = bundles
+        .iter()
+        .map(|(id, _)| index_files(&dst_dir, id))
+        .collect();
+    // Rebuilt by a replay: indexes and checkpoint gone, the Root opened and closed again.
+    for (id, _) in &bundles {
+        let dir = dst_dir.join("sessions").join(id);
+        for n in ["seq.idx", "row.idx", "receipt.idx", "state.ckpt"] {
+            std::fs::remove_file(dir.join(n)).expect("remove");
+        }
+    }
+    {
+        let dst = Root::open_with(&dst_dir, opts()).expect("reopen");
+        for ((id, _), want) in bundles.iter().zip(&want) {
+            assert_eq!(&reads(&dst, id, &invs, patches_of(id)), want, "{id}");
+        }
+        dst.sync_indexes().expect("sync");
+    }
+    for ((id, _), built) in bundles.iter().zip(&built) {
+        assert_eq!(&index_files(&dst_dir, id), built, "{id}");
+    }
+    let dst = Root::open_with(&dst_dir, opts()).expect("reopen");
+    let v = dst.verify().expect("verify");
+    assert!(v.damage.is_empty(), "{v:?}");
+}
+
+/// A write that fails while the imported log is written (here: the first write of its
+/// second sealed segment) fails the import with `io` and leaves the Root as it was; the
+/// same bundle then imports.
+#[test]
+fn a_failed_write_mid_import_leaves_the_root_unchanged() {
+    use logbook_log::io::{FaultyFs, Injected, Op};
+    let tmp = tempfile::tempdir().expect("tmp");
+    let src = root_at(&tmp.path().join("a"));
+    let sid = create(&src, "s");
+    populate(&src, &sid);
+    let mut rng = Rng(11);
+    for n in 100..120 {
+        random_turn(&src, &sid, &mut rng, n, false);
+    }
+    let good = export(&src, &sid, None);
+    let dst_dir = tmp.path().join("b");
+    Root::init(&dst_dir).expect("init");
+    let (fs, faults) = FaultyFs::new();
+    let dst = Root::open_with(
+        &dst_dir,
+        RootOptions {
+            log_fs: Some(std::sync::Arc::new(fs)),
+            segment_bytes_max: 4 << 10,
+            ..RootOptions::default()
+        },
+    )
+    .expect("open");
+    create(&dst, "other");
+    let before = tree(&dst_dir);
+    faults.arm_on(Op::Write, "00001.sealed.tmp", 0, Injected::Eio);
+    let e = import(&dst, &good, None, "imp").expect_err("the write fails");
+    assert_eq!(e.kind(), ErrorKind::Io, "{e}");
+    assert!(faults.all_fired());
+    assert_eq!(tree(&dst_dir), before, "files changed");
+    let r = import(&dst, &good, None, "imp").expect("import after the failure");
+    assert_eq!(r.session_id, "s");
+    let v = dst.verify().expect("verify");
+    assert!(v.damage.is_empty(), "{v:?}");
+}

@@ -200,6 +200,21 @@ pub fn encode_frame(
     durable_mark: u64,
     payload: &[u8],
 ) {
+    let h = encode_frame_header(segment, offset, kind, end_of_batch, durable_mark, payload);
+    out.extend_from_slice(&h);
+    out.extend_from_slice(payload);
+}
+
+/// The header of the frame [`encode_frame`] writes (its checksums cover `payload`), for a
+/// writer that copies the payload elsewhere itself.
+pub fn encode_frame_header(
+    segment: u64,
+    offset: u64,
+    kind: u8,
+    end_of_batch: bool,
+    durable_mark: u64,
+    payload: &[u8],
+) -> [u8; FRAME_HEADER_BYTES as usize] {
     debug_assert!(
         payload.len() as u64 <= RECORD_PAYLOAD_BYTES_MAX,
         "caller checks payload size"
@@ -217,8 +232,7 @@ pub fn encode_frame(
     let mut hc = prefix;
     hc.update(&h[16..20]);
     h[20..24].copy_from_slice(&hc.finalize().to_le_bytes());
-    out.extend_from_slice(&h);
-    out.extend_from_slice(payload);
+    h
 }
 
 /// A frame header whose own checksum and fields are valid.

@@ -32,8 +32,12 @@
 //!   disk while open and one block closed. The zeros are never part of the logical stream.
 //! - Sealing runs on at most [`SEALER_THREADS_MAX`] threads shared by every log of the
 //!   process, which exist only while there is sealing to do: an idle log has no thread.
+//!   A [`BulkWriter`] (a new log written straight as sealed segments, for an import) has
+//!   [`SEALER_THREADS_MAX`] compressor threads of its own for as long as it lives.
 //! - Sealed segments are read through read-only maps, and a mapped file is never modified in
-//!   place. Readers take only short locks and never wait for a sync.
+//!   place. Readers take only short locks and never wait for a sync. Streaming readers
+//!   ([`Log::streaming_reader`], [`Log::streaming_scan`]) read sealed blocks with `pread`
+//!   and keep none, for passes over much history in bounded memory.
 //!
 //! # Example
 //!
@@ -54,6 +58,7 @@
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
+mod bulk;
 mod cache;
 mod error;
 mod format;
@@ -63,6 +68,7 @@ mod log;
 mod sealed;
 mod walk;
 
+pub use crate::bulk::BulkWriter;
 pub use crate::cache::{BlockCache, BLOCK_CACHE_BYTES};
 pub use crate::error::{ErrorKind, LogError};
 pub use crate::format::{

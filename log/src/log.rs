@@ -115,7 +115,7 @@ impl Default for LogConfig {
 impl LogConfig {
     /// Whether new segments get a preallocated zero region.
     /// The file system the config names, or the real one.
-    fn file_system(&self) -> Arc<dyn FileSystem> {
+    pub(crate) fn file_system(&self) -> Arc<dyn FileSystem> {
         self.fs.clone().unwrap_or_else(|| Arc::new(RealFs))
     }
 
@@ -569,7 +569,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn check_config(config: &LogConfig) -> Result<(), LogError> {
+pub(crate) fn check_config(config: &LogConfig) -> Result<(), LogError> {
     if config.segment_bytes_max < SEGMENT_BYTES_MIN {
         return Err(LogError::invalid(format!(
             "segment_bytes_max {} is below the minimum {SEGMENT_BYTES_MIN}",
@@ -660,7 +660,7 @@ fn create_segment_unsynced(
 /// The bytes `batch` takes as frames, after checking each record and the whole against
 /// [`RECORD_PAYLOAD_BYTES_MAX`] and [`BATCH_BYTES_MAX`] (the same checks for `append` and a
 /// new log's first batch).
-fn checked_batch_len(batch: &[Record<'_>]) -> Result<u64, LogError> {
+pub(crate) fn checked_batch_len(batch: &[Record<'_>]) -> Result<u64, LogError> {
     let mut batch_len = 0u64;
     for r in batch {
         if r.payload.len() as u64 > RECORD_PAYLOAD_BYTES_MAX {
@@ -1183,6 +1183,21 @@ impl Log {
         self.reader_taking(READ_WINDOW_BYTES, true)
     }
 
+    /// A reader for one pass over much history (an export): like [`Log::reader`], but the
+    /// sealed blocks it decompresses are read with `pread` and kept only while it reads them,
+    /// neither in the block cache nor mapped, so the pass holds about one block of memory
+    /// however much history it reads. Blocks already in the cache are used.
+    pub fn streaming_reader(&self) -> Reader<'_> {
+        Reader {
+            log: self,
+            cur: None,
+            st: ReadState {
+                hint: BlockHint::streaming(),
+                ..ReadState::new(READ_WINDOW_BYTES, true)
+            },
+        }
+    }
+
     /// A reader whose active-segment reads take `ahead` bytes.
     fn reader_taking(&self, ahead: u64, bulk: bool) -> Reader<'_> {
         Reader {
@@ -1195,6 +1210,22 @@ impl Log {
     /// Iterates the records from `from` (a record start, or `end()`) to the end as it is now.
     /// Items: (location, record, is_last_of_its_batch). The iterator stops after an error.
     pub fn scan(&self, from: Location) -> Scan<'_> {
+        self.scan_with(from, ReadState::new(READ_WINDOW_BYTES, true))
+    }
+
+    /// [`Log::scan`] reading sealed blocks as [`Log::streaming_reader`] does: for one pass
+    /// over much history (a replay that rebuilds indexes), in about one block of memory.
+    pub fn streaming_scan(&self, from: Location) -> Scan<'_> {
+        self.scan_with(
+            from,
+            ReadState {
+                hint: BlockHint::streaming(),
+                ..ReadState::new(READ_WINDOW_BYTES, true)
+            },
+        )
+    }
+
+    fn scan_with(&self, from: Location, st: ReadState) -> Scan<'_> {
         let end = self.end();
         let error = if from > end {
             Some(LogError::invalid(format!(
@@ -1213,7 +1244,7 @@ impl Log {
             pos: from,
             end,
             cur: None,
-            st: ReadState::new(READ_WINDOW_BYTES, true),
+            st,
             error,
             done: false,
         }
@@ -2429,7 +2460,12 @@ impl Shared {
         let mut h = [0u8; FRAME_HEADER_BYTES as usize];
         match seg {
             Seg::Sealed(_) => self.read_bytes(seg, offset, &mut h, &mut st.hint)?,
-            Seg::Active(a) => match a.mapped(offset, offset + FRAME_HEADER_BYTES) {
+            // A streaming reader reads the active segment with `pread` too (its window), so a
+            // pass leaves no page of it mapped in the process.
+            Seg::Active(a) => match a
+                .mapped(offset, offset + FRAME_HEADER_BYTES)
+                .filter(|_| !st.hint.streams())
+            {
                 Some(bytes) => h.copy_from_slice(bytes),
                 None => {
                     // One read takes the header and the records after it (every byte read is
@@ -2464,7 +2500,7 @@ impl Shared {
             Seg::Sealed(s) => {
                 s.slice(at, len as usize, &self.cache, &mut st.hint, &mut st.scratch)?
             }
-            Seg::Active(a) => match a.mapped(at, at + len) {
+            Seg::Active(a) => match a.mapped(at, at + len).filter(|_| !st.hint.streams()) {
                 Some(bytes) => bytes,
                 None => {
                     let n = fh.frame_len().max((bound - offset).min(st.ahead));

@@ -8,7 +8,7 @@ use crate::format::{
     encode_header, sealed_name, sealed_tmp_name, BlockEntry, Footer, BLOCK_BYTES,
     BLOCK_ENTRY_BYTES, FOOTER_BYTES, HEADER_BYTES, SEALED_FORMAT, ZSTD_LEVEL,
 };
-use crate::io::{write_all_at, FileSystem};
+use crate::io::{write_all_at, FileSystem, IoFile};
 use crate::walk::Walk;
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
@@ -90,10 +90,44 @@ impl SealedSegment {
         Ok(self.opened()?.logical_len())
     }
 
-    /// Checks and decompresses block `i` (`i` below `o.blocks()`).
+    /// Checks and decompresses block `i` (`i` below `o.blocks()`), from the map.
     pub fn decompress_block(&self, o: &Opened, i: u32) -> Result<Vec<u8>, LogError> {
         let e = o.table[i as usize];
         let bytes = &o.map[e.file_offset as usize..(e.file_offset + u64::from(e.len)) as usize];
+        self.check_and_decompress(o, i, bytes)
+    }
+
+    /// [`SealedSegment::decompress_block`] reading the compressed bytes with `pread` (the
+    /// hint keeps the file open while its pass is in the segment, and the buffer): the pass
+    /// leaves no page of the file mapped in the process.
+    fn decompress_block_read(
+        &self,
+        o: &Opened,
+        i: u32,
+        hint: &mut BlockHint,
+    ) -> Result<Vec<u8>, LogError> {
+        let e = o.table[i as usize];
+        let file = match &hint.file {
+            Some((n, f)) if *n == self.segment => Arc::clone(f),
+            _ => {
+                let f = self
+                    .fs
+                    .open_ro(&self.path)
+                    .map_err(|err| LogError::io(&self.path, "open", err))?;
+                hint.file = Some((self.segment, Arc::clone(&f)));
+                f
+            }
+        };
+        let buf = &mut hint.compressed;
+        buf.clear();
+        buf.resize(e.len as usize, 0);
+        crate::io::read_exact_at(&*file, buf, e.file_offset)
+            .map_err(|err| LogError::io(&self.path, "read", err))?;
+        self.check_and_decompress(o, i, buf)
+    }
+
+    fn check_and_decompress(&self, o: &Opened, i: u32, bytes: &[u8]) -> Result<Vec<u8>, LogError> {
+        let e = o.table[i as usize];
         if crc32fast::hash(bytes) != e.crc {
             return Err(LogError::corrupt(
                 &self.path,
@@ -230,6 +264,10 @@ impl SealedSegment {
         let cached = cache.get(key);
         let b = match cached {
             Some(b) => b,
+            None if hint.stream => {
+                // A streaming pass keeps only the block it is in (the hint's).
+                Arc::new(self.decompress_block_read(o, i, hint)?)
+            }
             None => {
                 // Decompress outside the lock: other readers keep going meanwhile.
                 let b = Arc::new(self.decompress_block(o, i)?);
@@ -243,18 +281,42 @@ impl SealedSegment {
 }
 
 /// What a reader keeps between reads of sealed blocks: the block it used last (a run of
-/// records in one block skips the shared cache) and whether it reads in bulk (its misses enter
-/// the cache as the first to go; see `cache`).
+/// records in one block skips the shared cache), whether it reads in bulk (its misses enter
+/// the cache as the first to go; see `cache`) and whether it streams (a pass over much
+/// history: its misses are read with `pread` instead of through the map and kept nowhere but
+/// here, so the pass holds one block however long it is).
 #[derive(Default)]
 pub struct BlockHint {
     last: Option<(BlockKey, Arc<Vec<u8>>)>,
     pub(crate) bulk: bool,
+    stream: bool,
+    /// A streaming reader's compressed bytes of the block it reads.
+    compressed: Vec<u8>,
+    /// A streaming reader's segment file, open while its pass is in that segment.
+    file: Option<(u64, Arc<dyn IoFile>)>,
 }
 
 impl BlockHint {
     /// A hint for a reader that reads in bulk or not.
     pub(crate) fn new(bulk: bool) -> BlockHint {
-        BlockHint { last: None, bulk }
+        BlockHint {
+            bulk,
+            ..BlockHint::default()
+        }
+    }
+
+    /// Whether the reader streams (see the type's documentation).
+    pub(crate) fn streams(&self) -> bool {
+        self.stream
+    }
+
+    /// A hint for a reader that streams (see the type's documentation).
+    pub(crate) fn streaming() -> BlockHint {
+        BlockHint {
+            bulk: true,
+            stream: true,
+            ..BlockHint::default()
+        }
     }
 }
 
@@ -281,6 +343,14 @@ fn open_file(fs: &dyn FileSystem, path: &Path, segment: u64) -> Result<Opened, L
     }
     let map = f.map().map_err(|e| LogError::io(path, "mmap", e))?;
     let (footer, table) = parse(path, segment, &map)?;
+    // The checks touched the first and last pages (header, table, footer), which the kernel
+    // may map in large pieces (a few MiB per file with large page-cache folios); the table is
+    // copied out, so they are let go. A streaming reader then maps no page of the file at all,
+    // and a reader through the map faults in only what it reads. Best effort: on failure
+    // the pages stay mapped, which costs memory, not correctness.
+    // SAFETY: the map is read-only, of a file never modified in place (docs/format.md): after
+    // DONTNEED a read of the map faults the same bytes in again from the file.
+    let _ = unsafe { map.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
     Ok(Opened { map, footer, table })
 }
 
