@@ -6,7 +6,11 @@
 //!   uploaded by one round, then restored; MB/s of each.
 //! - `lag`: the Host appending LOGBOOK_BENCH_LAG_MBS (50) MB/s across
 //!   LOGBOOK_BENCH_LAG_SESSIONS (100) Sessions for LOGBOOK_BENCH_LAG_SECS (20) s while the
-//!   replicator runs: time from each acknowledgement to the manifest that covers it.
+//!   replicator runs: time from each acknowledgement to the manifest that covers it. One
+//!   writer per Session (LOGBOOK_BENCH_LAG_WRITERS), each waiting for its acknowledgement
+//!   (`Durability::Sync`), messages uniform in 1/4..7/4 of LOGBOOK_BENCH_LAG_MSG_KIB (32)
+//!   KiB. The replicator runs in a process of its own, as `logbook replicate` does
+//!   (LOGBOOK_BENCH_LAG_SAME_PROCESS=1: on a thread of the Host's process instead).
 //! - `day`: a simulated day of agent traffic (LOGBOOK_BENCH_DAY_ROUNDS rounds of one second,
 //!   86,400 by default), a round after each second's appends: bytes uploaded per byte
 //!   appended, by kind of object.
