@@ -902,7 +902,7 @@ impl Root {
             .clamp(1, VERIFY_THREADS_MAX)
             .min(ids.len().max(1));
         let mut walked: Vec<_> = std::thread::scope(|scope| {
-            let others: Vec<_> = (1..threads).map(|_| scope.spawn(&walk)).collect();
+            let others: Vec<_> = (1..threads).map(|_| scope.spawn(walk)).collect();
             let mut all = walk();
             for h in others {
                 all.extend(h.join().expect("a verify thread does not panic"));
