@@ -203,10 +203,9 @@ fn lag(s3: &s3::S3) {
             r.run(&stop, |o| {
                 if let Ok(rep) = o {
                     if rep.manifest.is_some() {
-                        reports
-                            .lock()
-                            .unwrap()
-                            .push((rep.started_ms, rep.manifest_ms));
+                        // Now, not `manifest_ms` (the manifest's name's time, taken before
+                        // its PUT): the manifest is in the bucket once the round returned.
+                        reports.lock().unwrap().push((rep.started_ms, now_ms()));
                     }
                 }
             })
@@ -373,7 +372,8 @@ fn replicator_child(root: &Path, port: &str) {
     r.run(&stop, |o| {
         if let Ok(rep) = o {
             if rep.manifest.is_some() {
-                writeln!(out, "{} {}", rep.started_ms, rep.manifest_ms).unwrap();
+                // The time the round returned: its manifest's PUT has returned too.
+                writeln!(out, "{} {}", rep.started_ms, now_ms()).unwrap();
                 out.flush().unwrap();
             }
         }
