@@ -290,7 +290,7 @@ fn lag(s3: &s3::S3) {
         rate / 1_000_000,
         mbs(sent, took),
         acks.len(),
-        sent / acks.len().max(1) as u64 >> 10,
+        (sent / acks.len().max(1) as u64) >> 10,
         took.as_secs_f64(),
         lags[lags.len() / 2],
         lags[lags.len() * 99 / 100],
