@@ -6,7 +6,11 @@
 //!   uploaded by one round, then restored; MB/s of each.
 //! - `lag`: the Host appending LOGBOOK_BENCH_LAG_MBS (50) MB/s across
 //!   LOGBOOK_BENCH_LAG_SESSIONS (100) Sessions for LOGBOOK_BENCH_LAG_SECS (20) s while the
-//!   replicator runs: time from each acknowledgement to the manifest that covers it.
+//!   replicator runs: time from each acknowledgement to the manifest that covers it. One
+//!   writer per Session (LOGBOOK_BENCH_LAG_WRITERS), each waiting for its acknowledgement
+//!   (`Durability::Sync`), messages uniform in 1/4..7/4 of LOGBOOK_BENCH_LAG_MSG_KIB (32)
+//!   KiB. The replicator runs in a process of its own, as `logbook replicate` does
+//!   (LOGBOOK_BENCH_LAG_SAME_PROCESS=1: on a thread of the Host's process instead).
 //! - `day`: a simulated day of agent traffic (LOGBOOK_BENCH_DAY_ROUNDS rounds of one second,
 //!   86,400 by default), a round after each second's appends: bytes uploaded per byte
 //!   appended, by kind of object.
@@ -192,44 +196,63 @@ fn lag(s3: &s3::S3) {
     }
     let stop = Arc::new(AtomicBool::new(false));
     let reports = Arc::new(Mutex::new(Vec::new()));
-    let replicator = {
+    let replicator = if env_u64("LOGBOOK_BENCH_LAG_SAME_PROCESS", 0) == 1 {
         let (stop, reports) = (Arc::clone(&stop), Arc::clone(&reports));
         let mut r = Replicator::open(&src, s3.store("lag")).unwrap();
         std::thread::spawn(move || {
             r.run(&stop, |o| {
                 if let Ok(rep) = o {
                     if rep.manifest.is_some() {
-                        reports
-                            .lock()
-                            .unwrap()
-                            .push((rep.started_ms, rep.manifest_ms));
+                        // Now, not `manifest_ms` (the manifest's name's time, taken before
+                        // its PUT): the manifest is in the bucket once the round returned.
+                        reports.lock().unwrap().push((rep.started_ms, now_ms()));
                     }
                 }
             })
             .unwrap();
         })
+    } else {
+        replicator_process(s3, &src, Arc::clone(&stop), Arc::clone(&reports))
     };
-    let writers = 4u64;
-    let msg = 16 << 10;
+    // A Host's clients: one writer per Session by default (an agent waits for each
+    // acknowledgement before its next append, as over the wire), so the appends of a moment
+    // share fdatasyncs only through the log's group commit, never by batching in the bench.
+    let writers = env_u64("LOGBOOK_BENCH_LAG_WRITERS", sessions).clamp(1, sessions);
+    // Message sizes uniform in [1/4, 7/4] of the mean: tool results and file reads of a few
+    // KiB to tens of KiB, as in agent transcripts at this rate.
+    let mean = env_u64("LOGBOOK_BENCH_LAG_MSG_KIB", 32) << 10;
+    let corpus = {
+        let mut rng = Rng(0x51_7cc1_b727_220a);
+        let vocab = vocabulary(&mut rng);
+        // Texts are cut from 32 MiB generated before the clock starts (at random offsets, so
+        // a chunk finds no more repeats than in generated text), so the writers spend their
+        // time in the Host, not in the generator.
+        Arc::new(text(&mut rng, &vocab, 32 << 20))
+    };
     let started = Instant::now();
     let handles: Vec<_> = (0..writers)
         .map(|w| {
             let root = Arc::clone(&root);
+            let corpus = Arc::clone(&corpus);
             std::thread::spawn(move || {
                 let mut rng = Rng(w * 7919 + 1);
-                let vocab = vocabulary(&mut rng);
                 let mut acks = Vec::new();
                 let mut sent = 0u64;
                 let begin = Instant::now();
                 let mut i = 0u64;
+                let share = (rate / writers) as f64;
                 while begin.elapsed() < Duration::from_secs(secs) {
                     // Paced to this writer's share of the rate.
-                    let due = Duration::from_secs_f64(sent as f64 / (rate / writers) as f64);
+                    let due = Duration::from_secs_f64(sent as f64 / share);
                     if let Some(wait) = due.checked_sub(begin.elapsed()) {
                         std::thread::sleep(wait);
                     }
-                    let s = w + writers * (i % (sessions / writers));
-                    let t = text(&mut rng, &vocab, msg);
+                    // Writer w owns Sessions w, w + writers, ...; it takes them in turn.
+                    let mine = (sessions - w).div_ceil(writers);
+                    let s = w + writers * (i % mine);
+                    let len = (mean / 4 + rng.next() % (mean * 3 / 2)) as usize;
+                    let at = (rng.next() % (corpus.len() - len) as u64) as usize;
+                    let t = corpus[at..at + len].to_owned();
                     sent += t.len() as u64;
                     send(&root, &format!("s{s}"), w << 40 | i, t);
                     acks.push(now_ms());
@@ -262,18 +285,100 @@ fn lag(s3: &s3::S3) {
         .collect();
     lags.sort_unstable();
     println!(
-        "replica/lag/{sessions}x{}MBs: appended {:.1} MB/s ({} sends of {} KiB in {:.1} s); lag \
-         p50 {} ms, p99 {} ms, max {} ms over {} manifests",
+        "replica/lag/{sessions}x{}MBs: appended {:.1} MB/s ({} sends of {} KiB on average by \
+         {writers} writers in {:.1} s); lag p50 {} ms, p99 {} ms, max {} ms over {} manifests",
         rate / 1_000_000,
         mbs(sent, took),
         acks.len(),
-        msg >> 10,
+        (sent / acks.len().max(1) as u64) >> 10,
         took.as_secs_f64(),
         lags[lags.len() / 2],
         lags[lags.len() * 99 / 100],
         lags[lags.len() - 1],
         reports.len()
     );
+}
+
+/// The replicator in a process of its own, as `logbook replicate` runs beside `logbook
+/// serve`, in a session of its own (`setsid`), so the kernel's autogroup scheduling gives it
+/// its share of the CPU as a process rather than one thread's share among the Host's (whose
+/// 100 Sessions each have a search-indexing thread busy at this rate). It reports each
+/// manifest's round start and write time on its stdout; closing its stdin stops it.
+fn replicator_process(
+    s3: &s3::S3,
+    src: &Path,
+    stop: Arc<AtomicBool>,
+    reports: Arc<Mutex<Vec<(u64, u64)>>>,
+) -> std::thread::JoinHandle<()> {
+    use std::io::BufRead as _;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new("setsid")
+        .arg(std::env::current_exe().unwrap())
+        .env("LOGBOOK_BENCH_REPLICATOR_ROOT", src)
+        .env("LOGBOOK_BENCH_REPLICATOR_PORT", s3.port.to_string())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdin = child.stdin.take().unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut ready = String::new();
+    stdout.read_line(&mut ready).unwrap();
+    assert_eq!(ready, "ready\n", "the replicator process did not start");
+    std::thread::spawn(move || {
+        let stopper = std::thread::spawn(move || {
+            while !stop.load(Ordering::Acquire) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            drop(stdin);
+        });
+        for line in stdout.lines() {
+            let line = line.unwrap();
+            let mut f = line.split(' ').map(|v| v.parse::<u64>().unwrap());
+            let (started, written) = (f.next().unwrap(), f.next().unwrap());
+            reports.lock().unwrap().push((started, written));
+        }
+        assert!(
+            child.wait().unwrap().success(),
+            "the replicator process failed"
+        );
+        stopper.join().unwrap();
+    })
+}
+
+/// The child side of [`replicator_process`].
+fn replicator_child(root: &Path, port: &str) {
+    use std::io::Write as _;
+    let target = logbook_replica::Target::with_credentials(
+        &format!("s3://{}/lag", s3::BUCKET),
+        Some(&format!("http://127.0.0.1:{port}")),
+        "us-east-1",
+        s3::ACCESS_KEY,
+        s3::SECRET_KEY,
+    )
+    .unwrap();
+    let store = logbook_replica::Store::connect(&target).unwrap();
+    let mut r = Replicator::open(root, store).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let stopper = Arc::clone(&stop);
+    std::thread::spawn(move || {
+        // Stdin closes when the bench is done with this process.
+        let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+        stopper.store(true, Ordering::Release);
+    });
+    let mut out = std::io::stdout();
+    writeln!(out, "ready").unwrap();
+    out.flush().unwrap();
+    r.run(&stop, |o| {
+        if let Ok(rep) = o {
+            if rep.manifest.is_some() {
+                // The time the round returned: its manifest's PUT has returned too.
+                writeln!(out, "{} {}", rep.started_ms, now_ms()).unwrap();
+                out.flush().unwrap();
+            }
+        }
+    })
+    .unwrap();
 }
 
 fn day(s3: &s3::S3) {
@@ -354,6 +459,10 @@ fn day(s3: &s3::S3) {
 }
 
 fn main() {
+    if let Some(root) = std::env::var_os("LOGBOOK_BENCH_REPLICATOR_ROOT") {
+        let port = std::env::var("LOGBOOK_BENCH_REPLICATOR_PORT").unwrap();
+        return replicator_child(Path::new(&root), &port);
+    }
     let Some(s3) = s3::S3::start() else { return };
     let parts = std::env::var("LOGBOOK_BENCH_REPLICA").unwrap_or_else(|_| "upload,lag,day".into());
     for part in parts.split(',') {

@@ -19,6 +19,8 @@ use std::sync::Arc;
 
 /// Most decoded attachment bytes one `send` may carry.
 pub const SEND_ATTACHMENT_BYTES_MAX: u64 = 64 << 20;
+/// Threads that walk Sessions at once in a verify, at most (one per core up to this).
+pub const VERIFY_THREADS_MAX: usize = 8;
 /// Most attachments one `send` may carry.
 pub const SEND_ATTACHMENTS_MAX: usize = 64;
 /// Default and largest `readAttachments` chunk, in bytes.
@@ -869,29 +871,58 @@ impl Root {
         }
         report.cuts.extend(cut_copies(None, sh.root_log.dir()));
         let ids: Vec<String> = lock(&sh.registry).sessions.keys().cloned().collect();
-        let mut task = sh.options.progress.task(
+        let task = std::sync::Mutex::new(sh.options.progress.task(
             || format!("verifying {} Sessions", ids.len()),
             ids.len() as u64,
             ProgressUnit::Sessions,
-        );
-        for (n, id) in ids.iter().enumerate() {
-            task.advance(n as u64);
-            let walked = self.session(id).and_then(|s| {
-                let v = s.log().verify()?;
-                s.verify_derived()?;
-                Ok(v)
-            });
-            match walked {
+        ));
+        // Sessions are walked by one thread per core: each walk is its own log and index
+        // files, so a Root of many Sessions verifies in a fraction of the time (a restore ends
+        // with one). The report lists them in id order all the same.
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let walk = || {
+            let mut walked = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(id) = ids.get(i) else {
+                    return walked;
+                };
+                let outcome = self.session(id).and_then(|s| {
+                    let v = s.log().verify()?;
+                    s.verify_derived()?;
+                    Ok(v)
+                });
+                let log_dir = sh.dir.join(SESSIONS_DIR).join(id).join("log");
+                walked.push((i, outcome, cut_copies(Some(id), &log_dir)));
+                lock(&task).advance(next.load(Ordering::Relaxed).min(ids.len()) as u64);
+            }
+        };
+        let threads = std::thread::available_parallelism()
+            .map_or(1, std::num::NonZeroUsize::get)
+            .clamp(1, VERIFY_THREADS_MAX)
+            .min(ids.len().max(1));
+        let mut walked: Vec<_> = std::thread::scope(|scope| {
+            let others: Vec<_> = (1..threads).map(|_| scope.spawn(walk)).collect();
+            let mut all = walk();
+            for h in others {
+                all.extend(h.join().expect("a verify thread does not panic"));
+            }
+            all
+        });
+        walked.sort_unstable_by_key(|(i, ..)| *i);
+        debug_assert_eq!(walked.len(), ids.len(), "every Session walked once");
+        for (i, outcome, cuts) in walked {
+            match outcome {
                 Ok(v) => {
                     report.sessions += 1;
                     report.records += v.records;
                     report.bytes += v.bytes;
                 }
-                Err(e) => report.damage.push(DamageNote::of(Some(id), &e)),
+                Err(e) => report.damage.push(DamageNote::of(Some(&ids[i]), &e)),
             }
-            let log_dir = sh.dir.join(SESSIONS_DIR).join(id).join("log");
-            report.cuts.extend(cut_copies(Some(id), &log_dir));
+            report.cuts.extend(cuts);
         }
+        drop(task);
         report.damage.extend(self.unregistered_dirs(&ids));
         match sh.blobs.verify() {
             Ok(n) => report.blobs = n,

@@ -24,7 +24,7 @@ pub const ROUND_INTERVAL: Duration = Duration::from_secs(1);
 /// last look (a write in the same clock tick as the look would go unseen).
 pub const RACY_MTIME: Duration = Duration::from_secs(2);
 /// Read-only log handles kept open between rounds, at most (least recently used closed).
-pub const OPEN_LOGS_MAX: usize = 64;
+pub const OPEN_LOGS_MAX: usize = 128;
 /// How often an idle replicator lists the manifests (one request) to notice another writer.
 pub const LISTING_INTERVAL: Duration = Duration::from_secs(60);
 /// First wait before a failed round is tried again; doubles up to `ROUND_BACKOFF_MAX`.

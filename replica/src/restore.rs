@@ -8,9 +8,12 @@ use crate::manifest::{
 use crate::store::{Store, REQUESTS_IN_FLIGHT};
 use bytes::Bytes;
 use futures::StreamExt;
+use std::collections::BTreeSet;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 
 /// Magic of the Root header, checked before the restored Root is written.
@@ -43,13 +46,60 @@ pub struct RestoreReport {
     pub verify: Duration,
 }
 
-/// One file to write from one downloaded object.
+/// A file of the restored Root that objects are written into. The object that completes it
+/// gives it its modification time and syncs it at once, on the worker that wrote it, so the
+/// disk writes back one file while the next ones are downloaded and decompressed (rather than
+/// every file in a row after the last download).
+#[derive(Debug)]
+struct Pending {
+    file: PathBuf,
+    /// The source's modification time (ms since the epoch), or 0 to leave it.
+    mtime_ms: u64,
+    /// Objects still to be written into the file.
+    objects_left: AtomicUsize,
+}
+
+impl Pending {
+    fn new(file: PathBuf, mtime_ms: u64, objects: usize) -> Arc<Pending> {
+        Arc::new(Pending {
+            file,
+            mtime_ms,
+            objects_left: AtomicUsize::new(objects),
+        })
+    }
+
+    /// Records that one object was written through `f`; the last one sets the modification
+    /// time and syncs the file (data and metadata, so its length and time too).
+    fn object_written(&self, f: &File) -> Result<(), ReplicaError> {
+        let before = self.objects_left.fetch_sub(1, Ordering::AcqRel);
+        debug_assert!(
+            before > 0,
+            "more objects written than planned: {:?}",
+            self.file
+        );
+        if before == 1 {
+            self.complete(f)?;
+        }
+        Ok(())
+    }
+
+    fn complete(&self, f: &File) -> Result<(), ReplicaError> {
+        if self.mtime_ms > 0 {
+            f.set_modified(UNIX_EPOCH + Duration::from_millis(self.mtime_ms))
+                .map_err(|e| ReplicaError::local(&self.file, "set the modification time of", e))?;
+        }
+        f.sync_all()
+            .map_err(|e| ReplicaError::local(&self.file, "sync", e))
+    }
+}
+
+/// Where one downloaded object goes.
 #[derive(Clone, Debug)]
 enum Put {
     /// The object is the file, as it is.
-    Whole(PathBuf),
-    /// The object is a chunk: decompress into `file` at `from`.
-    Chunk(PathBuf),
+    Whole(Arc<Pending>),
+    /// The object is a chunk: decompress into the file at its `from`.
+    Chunk(Arc<Pending>),
 }
 
 /// Restores the replica in `store` into `dest` (absent, or an empty directory): the newest
@@ -167,8 +217,9 @@ fn write_root(
         .ok_or_else(|| {
             ReplicaError::manifest(&report.manifest, "its rootHeader is not a Root header")
         })?;
+    let mut dirs = Dirs::new(dest);
     for sub in ["sessions", "blobs", "tmp"] {
-        mkdir(&dest.join(sub))?;
+        dirs.make(&dest.join(sub))?;
     }
     let mut work: Vec<(Object, Put)> = Vec::new();
     for (sha, o) in &state.blobs {
@@ -182,25 +233,24 @@ fn write_root(
             ));
         }
         let file = dest.join("blobs").join(&sha[..2]).join(&sha[2..]);
-        work.push((o.clone(), Put::Whole(file)));
+        work.push((o.clone(), Put::Whole(Pending::new(file, 0, 1))));
     }
     for (name, o) in &state.patches {
         let file = dest.join("patches").join(&name[..2]).join(&name[2..]);
-        work.push((o.clone(), Put::Whole(file)));
+        work.push((o.clone(), Put::Whole(Pending::new(file, 0, 1))));
     }
-    let mut files: Vec<(PathBuf, u64)> = Vec::new();
     for (path, segs) in &state.logs {
         let dir = dest.join(path);
         check_log_path(path, &report.manifest)?;
-        mkdir(&dir)?;
+        dirs.make(&dir)?;
         for (n, s) in segs {
-            plan_segment(&dir, *n, s, &mut work, &mut files)?;
+            plan_segment(&dir, *n, s, &mut work)?;
         }
     }
     for (o, put) in &work {
-        if let Put::Whole(f) = put {
-            if let Some(p) = f.parent() {
-                mkdir(p)?;
+        if let Put::Whole(p) = put {
+            if let Some(parent) = p.file.parent() {
+                dirs.make(parent)?;
             }
         }
         debug_assert!(!o.key.is_empty());
@@ -215,18 +265,9 @@ fn write_root(
         report.bytes += r?;
         report.objects += 1;
     }
-    for (file, mtime_ms) in &files {
-        let f = OpenOptions::new()
-            .write(true)
-            .open(file)
-            .map_err(|e| ReplicaError::local(file, "open", e))?;
-        f.sync_all()
-            .map_err(|e| ReplicaError::local(file, "sync", e))?;
-        if *mtime_ms > 0 {
-            f.set_modified(UNIX_EPOCH + Duration::from_millis(*mtime_ms))
-                .map_err(|e| ReplicaError::local(file, "set the modification time of", e))?;
-        }
-    }
+    // Every file is synced (by the object that completed it); now the directories that name
+    // them, deepest first, and last the header that makes the directory a Root.
+    dirs.sync()?;
     let lock = dest.join("lock");
     File::create(&lock).map_err(|e| ReplicaError::local(&lock, "create", e))?;
     let hp = dest.join("logbook.root");
@@ -234,7 +275,58 @@ fn write_root(
     File::open(&hp)
         .and_then(|f| f.sync_all())
         .map_err(|e| ReplicaError::local(&hp, "sync", e))?;
-    Ok(())
+    sync_dir(dest)
+}
+
+/// The directories a restore made below its destination, to be synced once their entries
+/// are all in place.
+#[derive(Debug)]
+struct Dirs {
+    dest: PathBuf,
+    made: BTreeSet<PathBuf>,
+}
+
+impl Dirs {
+    fn new(dest: &Path) -> Dirs {
+        Dirs {
+            dest: dest.to_owned(),
+            made: BTreeSet::new(),
+        }
+    }
+
+    /// Makes `dir` (below the destination) and its missing parents, remembering each for
+    /// [`Dirs::sync`].
+    fn make(&mut self, dir: &Path) -> Result<(), ReplicaError> {
+        debug_assert!(
+            dir.starts_with(&self.dest),
+            "{dir:?} is in the restored Root"
+        );
+        if self.made.contains(dir) {
+            return Ok(());
+        }
+        mkdir(dir)?;
+        let mut at = Some(dir);
+        while let Some(d) = at.filter(|d| *d != self.dest && d.starts_with(&self.dest)) {
+            if !self.made.insert(d.to_path_buf()) {
+                break;
+            }
+            at = d.parent();
+        }
+        Ok(())
+    }
+
+    /// Syncs every directory made below the destination (not the destination itself),
+    /// deepest first.
+    fn sync(&self) -> Result<(), ReplicaError> {
+        self.made.iter().rev().try_for_each(|d| sync_dir(d))
+    }
+}
+
+/// Syncs a directory, so the entries made in it are durable.
+fn sync_dir(dir: &Path) -> Result<(), ReplicaError> {
+    File::open(dir)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| ReplicaError::local(dir, "sync", e))
 }
 
 /// A log path a manifest may name: `root-log`, or `sessions/<id>/log|diagnostics` with a
@@ -267,7 +359,6 @@ fn plan_segment(
     n: u64,
     s: &SegmentState,
     work: &mut Vec<(Object, Put)>,
-    files: &mut Vec<(PathBuf, u64)>,
 ) -> Result<(), ReplicaError> {
     if let Some(Sealed {
         key, bytes, sha256, ..
@@ -279,8 +370,7 @@ fn plan_segment(
             bytes: *bytes,
             sha256: sha256.clone(),
         };
-        work.push((o, Put::Whole(file.clone())));
-        files.push((file, s.mtime_ms));
+        work.push((o, Put::Whole(Pending::new(file, s.mtime_ms, 1))));
         return Ok(());
     }
     let file = dir.join(format!("{n:020}.active"));
@@ -288,6 +378,11 @@ fn plan_segment(
     f.write_all_at(&logbook_log::active_segment_header(n), 0)
         .and_then(|()| f.set_len(s.end()))
         .map_err(|e| ReplicaError::local(&file, "write", e))?;
+    let pending = Pending::new(file, s.mtime_ms, s.chunks.len());
+    if s.chunks.is_empty() {
+        // A segment of nothing but its header: complete already.
+        pending.complete(&f)?;
+    }
     let mut at = RECORDS_START;
     for Chunk {
         key,
@@ -304,9 +399,8 @@ fn plan_segment(
             bytes: *bytes,
             sha256: sha256.clone(),
         };
-        work.push((o, Put::Chunk(file.clone())));
+        work.push((o, Put::Chunk(Arc::clone(&pending))));
     }
-    files.push((file, s.mtime_ms));
     Ok(())
 }
 
@@ -347,13 +441,15 @@ fn check_and_write(o: &Object, data: &[u8], put: &Put) -> Result<(), ReplicaErro
         ));
     }
     match put {
-        Put::Whole(file) => {
+        Put::Whole(p) => {
+            let file = &p.file;
             let mut f = File::create(file).map_err(|e| ReplicaError::local(file, "create", e))?;
             std::io::Write::write_all(&mut f, data)
-                .and_then(|()| f.sync_all())
-                .map_err(|e| ReplicaError::local(file, "write", e))
+                .map_err(|e| ReplicaError::local(file, "write", e))?;
+            p.object_written(&f)
         }
-        Put::Chunk(file) => {
+        Put::Chunk(p) => {
+            let file = &p.file;
             let (from, to) = chunk_range(&o.key)?;
             let want = (to - from) as usize;
             let plain = zstd::bulk::decompress(data, want)
@@ -369,7 +465,8 @@ fn check_and_write(o: &Object, data: &[u8], put: &Put) -> Result<(), ReplicaErro
                 .open(file)
                 .map_err(|e| ReplicaError::local(file, "open", e))?;
             f.write_all_at(&plain, from)
-                .map_err(|e| ReplicaError::local(file, "write", e))
+                .map_err(|e| ReplicaError::local(file, "write", e))?;
+            p.object_written(&f)
         }
     }
 }

@@ -28,7 +28,7 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long one request may take (a 64 MiB sealed segment over a slow link included).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
 /// Requests in flight at once (uploads of a round, downloads of a restore).
-pub const REQUESTS_IN_FLIGHT: usize = 16;
+pub const REQUESTS_IN_FLIGHT: usize = 32;
 /// The region used when neither `AWS_REGION` nor `AWS_DEFAULT_REGION` is set and an endpoint
 /// is given (S3-compatible servers mostly ignore it, but signatures name one).
 pub const REGION_DEFAULT: &str = "us-east-1";
