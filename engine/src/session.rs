@@ -924,7 +924,7 @@ impl Session {
             // The sequence is the record's first field: the event itself need not be decoded
             // (the record's CRC was checked by the read).
             Ok(r) if r.kind == records::KIND_EVENT => {
-                postcard::take_from_bytes::<u64>(&r.payload).is_ok_and(|(s, _)| s == sequence)
+                postcard::take_from_bytes::<u64>(r.payload).is_ok_and(|(s, _)| s == sequence)
             }
             _ => false,
         }
