@@ -23,7 +23,7 @@ use crate::format::{
     SEALED_FORMAT, ZSTD_LEVEL,
 };
 use crate::io::{write_all_at, FileSystem, IoFile};
-use crate::log::{check_config, checked_batch_len, LogConfig, SEALER_THREADS_MAX};
+use crate::log::{check_config, checked_batch_len, make_empty_dir, LogConfig, SEALER_THREADS_MAX};
 use crate::{Location, Record};
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -81,16 +81,7 @@ impl BulkWriter {
     pub fn create(dir: &Path, config: &LogConfig) -> Result<BulkWriter, LogError> {
         check_config(config)?;
         let fs = config.file_system();
-        fs.create_dir_all(dir)
-            .map_err(|e| LogError::io(dir, "create directory", e))?;
-        let names = fs
-            .list_dir(dir)
-            .map_err(|e| LogError::io(dir, "list directory", e))?;
-        if !names.is_empty() {
-            return Err(LogError::NotEmpty {
-                path: dir.to_path_buf(),
-            });
-        }
+        make_empty_dir(fs.as_ref(), dir)?;
         let (jobs, rx) = sync_channel::<Job>(BLOCKS_IN_FLIGHT_MAX);
         let rx = Arc::new(Mutex::new(rx));
         let mut workers = Vec::with_capacity(SEALER_THREADS_MAX);

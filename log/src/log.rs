@@ -569,6 +569,22 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// Makes `dir` (and its parents) when missing; `NotEmpty` when it holds anything: a new log
+/// starts only in an empty directory.
+pub(crate) fn make_empty_dir(fs: &dyn FileSystem, dir: &Path) -> Result<(), LogError> {
+    fs.create_dir_all(dir)
+        .map_err(|e| LogError::io(dir, "create directory", e))?;
+    let names = fs
+        .list_dir(dir)
+        .map_err(|e| LogError::io(dir, "list directory", e))?;
+    if !names.is_empty() {
+        return Err(LogError::NotEmpty {
+            path: dir.to_path_buf(),
+        });
+    }
+    Ok(())
+}
+
 pub(crate) fn check_config(config: &LogConfig) -> Result<(), LogError> {
     if config.segment_bytes_max < SEGMENT_BYTES_MIN {
         return Err(LogError::invalid(format!(
@@ -808,16 +824,7 @@ impl Log {
     ) -> Result<(Log, Vec<Location>), LogError> {
         check_config(&config)?;
         let (frames, locations) = encode_first_batch(first)?;
-        fs.create_dir_all(dir)
-            .map_err(|e| LogError::io(dir, "create directory", e))?;
-        let names = fs
-            .list_dir(dir)
-            .map_err(|e| LogError::io(dir, "list directory", e))?;
-        if !names.is_empty() {
-            return Err(LogError::NotEmpty {
-                path: dir.to_path_buf(),
-            });
-        }
+        make_empty_dir(fs.as_ref(), dir)?;
         let (file, path, file_end) =
             create_segment_with(&*fs, dir, 0, &config, config.prealloc_first(), &frames)?;
         if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
