@@ -228,23 +228,13 @@ impl PostingsBuilder {
         );
         self.all_docs.push(doc);
         let pending = &mut self.pending;
-        SEEN.with(|cell| {
-            let mut seen = cell.borrow_mut();
-            if seen.is_empty() {
-                seen.resize(SEEN_BITS / 64, 0);
-            }
-            let start = pending.len();
-            for_each_trigram(folded_text, |t| {
-                let (w, bit) = ((t >> 6) as usize, 1u64 << (t & 63));
-                if seen[w] & bit == 0 {
-                    seen[w] |= bit;
-                    pending.push(u64::from(t) << 32 | u64::from(doc));
-                }
-            });
-            for &p in &pending[start..] {
-                seen[(p >> 38) as usize] = 0;
-            }
-        });
+        let staged =
+            SEEN.try_with(|cell| stage_trigrams(&mut cell.borrow_mut(), doc, folded_text, pending));
+        if staged.is_err() {
+            // The thread is being torn down (a Root dropped by an exit handler): a set of
+            // this call's own.
+            stage_trigrams(&mut Vec::new(), doc, folded_text, pending);
+        }
     }
 
     /// Files the pending pairs into their lists, one list lookup per distinct trigram.
@@ -429,5 +419,24 @@ impl PostingsBuilder {
     pub fn write_unsynced(&self, path: &Path) -> Result<(), IndexError> {
         let bytes = self.to_bytes()?;
         crate::fsutil::write_replace_unsynced(path, &[&bytes])
+    }
+}
+
+/// Pushes `(trigram << 32) | doc` once per distinct trigram of `folded_text` onto `pending`,
+/// using `seen` (grown to [`SEEN_BITS`] bits when empty, left all-zero) to drop repeats.
+fn stage_trigrams(seen: &mut Vec<u64>, doc: u32, folded_text: &[u8], pending: &mut Vec<u64>) {
+    if seen.is_empty() {
+        seen.resize(SEEN_BITS / 64, 0);
+    }
+    let start = pending.len();
+    for_each_trigram(folded_text, |t| {
+        let (w, bit) = ((t >> 6) as usize, 1u64 << (t & 63));
+        if seen[w] & bit == 0 {
+            seen[w] |= bit;
+            pending.push(u64::from(t) << 32 | u64::from(doc));
+        }
+    });
+    for &p in &pending[start..] {
+        seen[(p >> 38) as usize] = 0;
     }
 }
