@@ -137,14 +137,18 @@ impl SealedSegment {
         }
         let start = HEADER_BYTES + u64::from(i) * BLOCK_BYTES;
         let want = BLOCK_BYTES.min(o.footer.logical_len - start) as usize;
-        let out = DECOMPRESSOR.with(|d| {
-            let mut d = d.borrow_mut();
-            let d = match &mut *d {
+        let decompress = |slot: &mut Option<zstd::bulk::Decompressor<'static>>| {
+            let d = match slot {
                 Some(d) => d,
                 slot => slot.insert(zstd::bulk::Decompressor::new().map_err(|e| e.to_string())?),
             };
             d.decompress(bytes, want).map_err(|e| e.to_string())
-        });
+        };
+        // A thread being torn down (a Root dropped by an exit handler) has no thread-local
+        // left: it decompresses with a context of its own.
+        let out = DECOMPRESSOR
+            .try_with(|d| decompress(&mut d.borrow_mut()))
+            .unwrap_or_else(|_| decompress(&mut None));
         match out {
             Ok(v) if v.len() == want => Ok(v),
             Ok(v) => Err(LogError::corrupt(
