@@ -23,8 +23,17 @@ pub const ROUND_INTERVAL: Duration = Duration::from_secs(1);
 /// A file modified this recently is looked at again even if its length and time match the
 /// last look (a write in the same clock tick as the look would go unseen).
 pub const RACY_MTIME: Duration = Duration::from_secs(2);
-/// Read-only log handles kept open between rounds, at most (least recently used closed).
+/// Read-only log handles kept open between rounds, at most (least recently used closed);
+/// fewer under a low descriptor limit (see [`open_logs_budget`]).
 pub const OPEN_LOGS_MAX: usize = 128;
+
+/// Log handles the replicator keeps open: [`OPEN_LOGS_MAX`], or the engine's open-Session
+/// budget when the process's descriptor limit gives less (40 under `ulimit -n 256`; a log
+/// holds fewer descriptors than an open Session, so this leaves room for the store's
+/// connections).
+pub fn open_logs_budget() -> usize {
+    logbook_engine::open_sessions_budget().min(OPEN_LOGS_MAX)
+}
 /// How often an idle replicator lists the manifests (one request) to notice another writer.
 pub const LISTING_INTERVAL: Duration = Duration::from_secs(60);
 /// First wait before a failed round is tried again; doubles up to `ROUND_BACKOFF_MAX`.
@@ -429,7 +438,7 @@ impl Replicator {
             LogConfig::default(),
             mark,
         )?);
-        if self.handles.len() >= OPEN_LOGS_MAX {
+        if self.handles.len() >= open_logs_budget() {
             if let Some(oldest) = (self.handles.iter())
                 .min_by_key(|(_, (_, used))| *used)
                 .map(|(k, _)| k.clone())
