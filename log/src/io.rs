@@ -20,7 +20,7 @@ pub trait IoFile: Send + Sync + fmt::Debug {
     fn sync_data(&self) -> io::Result<()>;
     /// Current length.
     fn len(&self) -> io::Result<u64>;
-    /// `ftruncate`.
+    /// `ftruncate`, keeping the file's modification time.
     fn set_len(&self, len: u64) -> io::Result<()>;
     /// A read-only map of the whole file (sealed segments only, which are never modified).
     fn map(&self) -> io::Result<memmap2::Mmap>;
@@ -115,7 +115,15 @@ impl IoFile for RealFile {
         Ok(self.0.metadata()?.len())
     }
     fn set_len(&self, len: u64) -> io::Result<()> {
-        self.0.set_len(len)
+        // A length change (a zero region made or given back, a torn tail cut) is no record
+        // written: the file keeps the modification time of its last write, which a reader
+        // beside the writer takes for the log's last activity.
+        let modified = self.0.metadata().and_then(|m| m.modified()).ok();
+        self.0.set_len(len)?;
+        if let Some(t) = modified {
+            let _ = self.0.set_modified(t);
+        }
+        Ok(())
     }
     fn map(&self) -> io::Result<memmap2::Mmap> {
         // SAFETY: the log maps only sealed segments, which nothing modifies or truncates while

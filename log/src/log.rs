@@ -2019,6 +2019,7 @@ impl Shared {
         if w.file_end == w.flushed && !w.zero_filled {
             return;
         }
+        // (`IoFile::set_len` keeps the file's time: giving zeros back is no activity.)
         if w.file.set_len(w.flushed).is_ok() {
             w.file_end = w.flushed;
         }

@@ -157,6 +157,26 @@ fn the_zero_region_doubles_with_the_write_rate_and_is_given_back() {
     println!("file lengths as the region grew: {lens:?}");
 }
 
+/// Giving the zeros back at close is no activity: the file keeps the time of its last append
+/// (a reader beside the writer lists Sessions by that time).
+#[test]
+fn giving_the_zeros_back_keeps_the_time_of_the_last_append() {
+    let _g = serial();
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().join("l");
+    let log = Log::create(&d, LogConfig::default()).unwrap();
+    log.append(&rec(b"the last append")).unwrap();
+    let end = log.end();
+    assert!(active_len(&d, 0) > end.offset, "a zero region is ahead");
+    let path = d.join(format!("{:020}.active", 0));
+    let written = std::fs::metadata(&path).unwrap().modified().unwrap();
+    std::thread::sleep(Duration::from_millis(30));
+    drop(log);
+    let meta = std::fs::metadata(&path).unwrap();
+    assert_eq!(meta.len(), end.offset, "the zeros are given back");
+    assert_eq!(meta.modified().unwrap(), written);
+}
+
 /// A file of the previous build (version 2, a 4 MiB zero region kept on close) still opens
 /// clean, takes appends, and is given its zeros back on close.
 #[test]
