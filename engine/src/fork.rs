@@ -106,7 +106,7 @@ fn check_fence(p: &ForkParams, state: &State) -> Result<(u64, Option<String>), E
     let (through, turn) = match &p.from {
         ForkFrom::All => (state.revision, None),
         ForkFrom::Turn { invocation } => {
-            let st = state.maps().invocations.get(invocation).ok_or_else(|| {
+            let st = state.maps()?.invocations.get(invocation).ok_or_else(|| {
                 EngineError::not_found(format!(
                     "invocation {invocation:?} in Session {}",
                     p.session_id
@@ -123,9 +123,9 @@ fn check_fence(p: &ForkParams, state: &State) -> Result<(u64, Option<String>), E
     // Every Turn inside the fence must be settled by it. For the whole history that is an
     // empty queue; a Turn fence must also rule out Turns settled after it.
     let unsettled: Option<&String> = match &p.from {
-        ForkFrom::All => state.maps().queue.values().next(),
+        ForkFrom::All => state.maps()?.queue.values().next(),
         ForkFrom::Turn { .. } => state
-            .maps()
+            .maps()?
             .invocations
             .iter()
             .find(|(_, s)| s.message <= through && !(s.settled && s.settled_at <= through))

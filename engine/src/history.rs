@@ -415,8 +415,8 @@ impl Session {
         &self,
         inner: &Inner,
     ) -> Result<Vec<Interaction>, EngineError> {
-        let mut out = Vec::with_capacity(inner.state.maps().pending.len());
-        for id in inner.state.maps().pending.values() {
+        let mut out = Vec::with_capacity(inner.state.maps()?.pending.len());
+        for id in inner.state.maps()?.pending.values() {
             if let Some(i) = self.interaction_in(inner, id)? {
                 out.push(i);
             }
@@ -429,7 +429,7 @@ impl Session {
         inner: &Inner,
         id: &str,
     ) -> Result<Option<Interaction>, EngineError> {
-        let Some(st) = inner.state.maps().interactions.get(id) else {
+        let Some(st) = inner.state.maps()?.interactions.get(id) else {
             return Ok(None);
         };
         let Event::InteractionRequested(req) = self.event_at(inner, st.requested)? else {
@@ -504,7 +504,7 @@ impl Session {
         }
         let queue = inner
             .state
-            .maps()
+            .maps()?
             .queue
             .iter()
             .map(|(seq, inv)| QueueEntry {
@@ -528,7 +528,7 @@ impl Session {
         self.check_live()?;
         let inner = self.read();
         let through = fence(&inner, through)?;
-        let contexts = &inner.state.maps().contexts;
+        let contexts = &inner.state.maps()?.contexts;
         let i = contexts.partition_point(|s| *s <= through);
         let Some(seq) = i.checked_sub(1).map(|i| contexts[i]) else {
             return Ok(None);

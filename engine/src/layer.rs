@@ -44,20 +44,20 @@ pub(crate) fn apply_marker(
             ),
         ));
     }
-    apply_fork_rules(state);
-    Ok(())
+    apply_fork_rules(state)
 }
 
 /// What the marker does to the state (see the module documentation).
-pub(crate) fn apply_fork_rules(state: &mut State) {
-    let maps = state.maps_mut();
+pub(crate) fn apply_fork_rules(state: &mut State) -> Result<(), EngineError> {
+    let maps = state.maps_mut()?;
     maps.pending.clear();
     maps.contexts.clear();
+    Ok(())
 }
 
 /// The state as it was right after event `through` (every derived fact keeps the sequence it
 /// came from, so this needs no replay).
-pub(crate) fn state_at(s: &State, through: u64) -> State {
+pub(crate) fn state_at(s: &State, through: u64) -> Result<State, EngineError> {
     let mut out = State::default();
     out.revision = through;
     out.titles = s
@@ -68,7 +68,7 @@ pub(crate) fn state_at(s: &State, through: u64) -> State {
         .collect();
     out.first_line = s.first_line.clone().filter(|(q, _)| *q <= through);
     out.parent = s.parent.clone().filter(|(q, _)| *q <= through);
-    let (from, to) = (s.maps(), out.maps_mut());
+    let (from, to) = (s.maps()?, out.maps_mut()?);
     for (inv, st) in &from.invocations {
         if st.message > through {
             continue;
@@ -109,5 +109,5 @@ pub(crate) fn state_at(s: &State, through: u64) -> State {
         .copied()
         .filter(|c| *c <= through)
         .collect();
-    out
+    Ok(out)
 }

@@ -57,7 +57,7 @@ pub(crate) fn check_batch(state: &State, events: &[&Event]) -> Result<(), Engine
     for (i, e) in events.iter().enumerate() {
         match e {
             Event::UserMessage(m)
-                if state.maps().invocations.contains_key(&m.invocation)
+                if state.maps()?.invocations.contains_key(&m.invocation)
                     || !new_invocations.insert(m.invocation.as_str()) =>
             {
                 return Err(EngineError::conflict(format!(
@@ -66,7 +66,7 @@ pub(crate) fn check_batch(state: &State, events: &[&Event]) -> Result<(), Engine
                 )));
             }
             Event::InteractionRequested(r)
-                if state.maps().interactions.contains_key(&r.interaction_id)
+                if state.maps()?.interactions.contains_key(&r.interaction_id)
                     || !new_interactions.insert(r.interaction_id.as_str()) =>
             {
                 return Err(EngineError::conflict(format!(
@@ -76,7 +76,7 @@ pub(crate) fn check_batch(state: &State, events: &[&Event]) -> Result<(), Engine
             }
             Event::InteractionResolved(r) => {
                 let id = r.interaction_id.as_str();
-                let known = state.maps().interactions.get(id);
+                let known = state.maps()?.interactions.get(id);
                 if known.is_none() && !new_interactions.contains(id) {
                     return Err(EngineError::not_found(format!(
                         "events[{i}]: interaction {id:?}"
@@ -634,7 +634,7 @@ impl Root {
         let params = records::params_digest("stop", &p.invocation);
         let inv = p.invocation;
         let mut build = |state: &State, first: u64| {
-            match state.maps().invocations.get(&inv) {
+            match state.maps()?.invocations.get(&inv) {
                 None => {
                     return Err(EngineError::not_found(format!(
                         "invocation {inv:?} in Session {}",
@@ -666,7 +666,7 @@ impl Root {
         let s = self.session(&p.session_id)?;
         let params = records::params_digest("respond", &(&p.interaction_id, &p.response));
         let mut build = |state: &State, first: u64| {
-            match state.maps().interactions.get(&p.interaction_id) {
+            match state.maps()?.interactions.get(&p.interaction_id) {
                 None => {
                     return Err(EngineError::not_found(format!(
                         "interaction {:?} in Session {}",
@@ -798,7 +798,7 @@ impl Root {
         let inner = s.read();
         let st = inner
             .state
-            .maps()
+            .maps()?
             .invocations
             .get(&p.invocation)
             .ok_or_else(|| {

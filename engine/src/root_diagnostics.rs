@@ -38,7 +38,7 @@ impl Root {
             let (known, sequence) = {
                 let inner = s.read();
                 let st = &inner.state;
-                (st.maps().invocations.contains_key(&p.invocation), st.revision)
+                (st.maps()?.invocations.contains_key(&p.invocation), st.revision)
             };
             let mut st = d.state()?;
             if let Some((digest, result)) = st.receipts.get(&p.operation) {

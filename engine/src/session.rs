@@ -165,10 +165,10 @@ impl Base {
 
     /// The fork's state right after its fence: the source's state cut at the fence, with the
     /// fork rules applied (no replay: every derived fact keeps its sequence).
-    pub(crate) fn state_at_fence(&self) -> State {
-        let mut s = crate::layer::state_at(&self.session.read().state, self.through);
-        crate::layer::apply_fork_rules(&mut s);
-        s
+    pub(crate) fn state_at_fence(&self) -> Result<State, EngineError> {
+        let mut s = crate::layer::state_at(&self.session.read().state, self.through)?;
+        crate::layer::apply_fork_rules(&mut s)?;
+        Ok(s)
     }
 }
 
@@ -294,14 +294,15 @@ impl Inner {
 
     /// Empties the indexes and resets the state to where a replay of the whole own log starts
     /// (the base's state at the fence, for a layered fork).
-    fn start_over(&mut self) -> Result<(), IndexError> {
+    fn start_over(&mut self) -> Result<(), EngineError> {
         self.state = match &self.base {
-            Some(b) => b.state_at_fence(),
+            Some(b) => b.state_at_fence()?,
             None => State::default(),
         };
         self.seq.truncate(0)?;
         self.rows.truncate(0)?;
-        self.receipts.truncate(0)
+        self.receipts.truncate(0)?;
+        Ok(())
     }
 
     /// Folds one event in: sequence index, rows (hidden flags from the state so far), state.
@@ -740,7 +741,12 @@ impl Session {
             None
         };
         let seq_found = seq_opened.filter(whole);
-        let (state, cover) = State::load_covering(&dir.join("state.ckpt")).unwrap_or_default();
+        // The checkpoint's maps are checked at their first use, which reports damage to the
+        // Session (out of service, opened again from the log). A reader's Session is never
+        // retired for it (it cannot remove the checkpoint), so it checks them now.
+        let damaged = Arc::new(AtomicBool::new(false));
+        let (state, cover) =
+            State::load_covering(&dir.join("state.ckpt"), &damaged, read_only).unwrap_or_default();
         // The checkpoint's last event was durable in the log when the checkpoint was written
         // (`sync_indexes` syncs the log first), so the log need only check what follows it.
         // The log proves the mark is a record before using it; `resume_point` below checks
@@ -800,7 +806,7 @@ impl Session {
             revision: Mutex::new(0),
             appended: Condvar::new(),
             dirty: AtomicBool::new(false),
-            damaged: Arc::new(AtomicBool::new(false)),
+            damaged,
             cache: Mutex::new(EventCache::default()),
             search: SearchIndex::new(dir, read_only),
             fork_ops: Mutex::new(HashSet::new()),
@@ -819,6 +825,19 @@ impl Session {
             followed: Mutex::new(Followed::default()),
         };
         session.replay_tail(start)?;
+        if session.read().state.maps_damaged() {
+            // The replayed tail needed the checkpoint's maps and found them damaged: the state
+            // and the indexes are rebuilt from the whole log instead, as with no checkpoint.
+            session.damaged.store(false, Ordering::Release);
+            let ckpt = dir.join("state.ckpt");
+            if let Err(e) = std::fs::remove_file(&ckpt) {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    return Err(EngineError::io(&ckpt, "remove a damaged checkpoint", e));
+                }
+            }
+            session.write().start_over()?;
+            session.replay_tail(None)?;
+        }
         session.followed.lock().expect("fresh lock").end = session.log.end();
         {
             // Damage found by the open itself was repaired above (the indexes were cut back or
@@ -1904,7 +1923,7 @@ impl Session {
             ix.check_all()?;
         }
         let mut state = match &inner.base {
-            Some(b) => b.state_at_fence(),
+            Some(b) => b.state_at_fence()?,
             None => State::default(),
         };
         let (mut row, mut receipt) = (inner.row_base(), 0u64);

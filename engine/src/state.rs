@@ -12,23 +12,26 @@
 //! |---|---|---|
 //! | 0 | 8 | magic `LBSTATE\0` |
 //! | 8 | 4 | [`CHECKPOINT_FORMAT_VERSION`] |
-//! | 12 | 4 | reserved, zero |
+//! | 12 | 4 | H: length of the head |
 //! | 16 | 8 | covered sequence (= the revision the state reflects) |
-//! | 24 | 8 | payload length P |
-//! | 32 | P | postcard of (revision, titles, first line, parent, index coverage), then postcard of the maps |
-//! | 32+P | 4 | CRC-32 of bytes 0..32+P |
+//! | 24 | 8 | payload length P (head and maps) |
+//! | 32 | H | postcard of (revision, titles, first line, parent, index coverage) |
+//! | 32+H | P-H | postcard of the maps |
+//! | 32+P | 4 | CRC-32 of bytes 0..32+H (the header and the head): checked at load |
+//! | 36+P | 4 | CRC-32 of bytes 32+H..32+P (the maps): checked when they are first decoded |
 
 use crate::error::EngineError;
 use crate::event::{Event, Item};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// Magic bytes of a state checkpoint file.
 pub const CHECKPOINT_MAGIC: [u8; 8] = *b"LBSTATE\0";
 /// Version of the state checkpoint file.
-pub const CHECKPOINT_FORMAT_VERSION: u32 = 6;
+pub const CHECKPOINT_FORMAT_VERSION: u32 = 7;
 const CHECKPOINT_HEADER_BYTES: usize = 32;
 /// Largest checkpoint payload accepted on load, in bytes.
 pub const CHECKPOINT_PAYLOAD_BYTES_MAX: u64 = 1 << 30;
@@ -75,44 +78,75 @@ pub(crate) struct Maps {
     pub contexts: Vec<u64>,
 }
 
-/// [`Maps`] as loaded from a checkpoint: its encoded bytes (checksummed with the rest of the
-/// file when it was read) until the first use decodes them. Opening a Session and reading
-/// its history never needs them, so an open costs the same however long the history is.
+/// [`Maps`] as loaded from a checkpoint: its encoded bytes until the first use checks their
+/// CRC and decodes them. Opening a Session and reading its history never need them, so an open
+/// costs the same however long the history is, and never reads (or maps in) their pages.
 #[derive(Clone, Default)]
 pub(crate) struct LazyMaps {
-    maps: OnceLock<Maps>,
+    /// `None` once decoding found the encoded bytes damaged.
+    maps: OnceLock<Option<Maps>>,
     encoded: Option<Encoded>,
 }
 
 /// Bytes `range` of a checkpoint file as it was mapped (no copy is made: a checkpoint is
-/// replaced whole by a rename, never written in place, so the map keeps the checked bytes).
+/// replaced whole by a rename, never written in place, so the map keeps the bytes), with the
+/// CRC they were written with, and where to report that they fail it.
 #[derive(Clone)]
 struct Encoded {
     file: Arc<memmap2::Mmap>,
     range: std::ops::Range<usize>,
+    crc: u32,
+    path: Arc<Path>,
+    damaged: Arc<AtomicBool>,
 }
 
 impl Encoded {
     fn bytes(&self) -> &[u8] {
         &self.file[self.range.clone()]
     }
+
+    /// The decoded maps; `None` (and the damage reported) when the bytes fail their CRC.
+    fn decode(&self) -> Option<Maps> {
+        let maps = (crc32fast::hash(self.bytes()) == self.crc)
+            .then(|| postcard::from_bytes(self.bytes()).ok())
+            .flatten();
+        if maps.is_none() {
+            self.damaged.store(true, Ordering::Release);
+        }
+        maps
+    }
 }
 
 impl LazyMaps {
-    fn get(&self) -> &Maps {
-        self.maps.get_or_init(|| match &self.encoded {
-            // The bytes passed the checkpoint's CRC and were written by this format version:
-            // a decode failure is a bug in this build, not damage on disk.
-            Some(e) => postcard::from_bytes(e.bytes())
-                .expect("a checksummed checkpoint of this version decodes"),
-            None => Maps::default(),
-        })
+    /// The maps, decoded now if they were not yet; `None` when their bytes are damaged.
+    fn get(&self) -> Option<&Maps> {
+        self.maps
+            .get_or_init(|| match &self.encoded {
+                Some(e) => e.decode(),
+                None => Some(Maps::default()),
+            })
+            .as_ref()
     }
 
-    fn get_mut(&mut self) -> &mut Maps {
+    fn get_mut(&mut self) -> Option<&mut Maps> {
         self.get();
-        self.encoded = None;
-        self.maps.get_mut().expect("decoded above")
+        if self.maps.get().is_some_and(Option::is_some) {
+            self.encoded = None;
+        }
+        self.maps.get_mut().and_then(Option::as_mut)
+    }
+
+    /// The error a use of damaged maps answers.
+    fn damaged(&self) -> EngineError {
+        let path = self
+            .encoded
+            .as_ref()
+            .map_or_else(|| Path::new("state.ckpt").into(), |e| Arc::clone(&e.path));
+        EngineError::corrupt(
+            &*path,
+            "the state checkpoint's maps fail their checksum: the Session is opened again from \
+             its log on the next call, which rebuilds them",
+        )
     }
 }
 
@@ -174,14 +208,23 @@ pub(crate) fn title_line(text: &str) -> Option<String> {
 }
 
 impl State {
-    /// The maps (decoded now if they were not yet).
-    pub(crate) fn maps(&self) -> &Maps {
-        self.maps.get()
+    /// The maps (decoded now if they were not yet); `corrupt` when the checkpoint's maps fail
+    /// their CRC (the damage is reported to the Session, which is then opened again).
+    pub(crate) fn maps(&self) -> Result<&Maps, EngineError> {
+        self.maps.get().ok_or_else(|| self.maps.damaged())
     }
 
-    /// The maps, to change them.
-    pub(crate) fn maps_mut(&mut self) -> &mut Maps {
-        self.maps.get_mut()
+    /// True when the maps were found damaged: the state is not to be trusted or saved.
+    pub(crate) fn maps_damaged(&self) -> bool {
+        matches!(self.maps.maps.get(), Some(None))
+    }
+
+    /// The maps, to change them; `corrupt` as for [`State::maps`].
+    pub(crate) fn maps_mut(&mut self) -> Result<&mut Maps, EngineError> {
+        if self.maps.get().is_none() {
+            return Err(self.maps.damaged());
+        }
+        Ok(self.maps.get_mut().expect("checked above"))
     }
 
     /// Folds event `sequence` in. Must be called for every event in sequence order.
@@ -190,7 +233,12 @@ impl State {
         self.revision = sequence;
         match event {
             Event::UserMessage(m) => {
-                let maps = self.maps.get_mut();
+                if self.first_line.is_none() {
+                    self.first_line = title_line(&m.text).map(|t| (sequence, t));
+                }
+                let Some(maps) = self.maps.get_mut() else {
+                    return;
+                };
                 maps.invocations.insert(
                     m.invocation.clone(),
                     InvocationState {
@@ -200,12 +248,11 @@ impl State {
                     },
                 );
                 maps.queue.insert(sequence, m.invocation.clone());
-                if self.first_line.is_none() {
-                    self.first_line = title_line(&m.text).map(|t| (sequence, t));
-                }
             }
             Event::TurnSettled(t) => {
-                let maps = self.maps.get_mut();
+                let Some(maps) = self.maps.get_mut() else {
+                    return;
+                };
                 if let Some(inv) = maps.invocations.get_mut(&t.invocation) {
                     if !inv.settled {
                         inv.settled = true;
@@ -220,16 +267,17 @@ impl State {
                         id, internal: true, ..
                     } = item
                     {
-                        self.maps
-                            .get_mut()
-                            .internal_calls
-                            .entry(id.clone())
-                            .or_insert(sequence);
+                        let Some(maps) = self.maps.get_mut() else {
+                            return;
+                        };
+                        maps.internal_calls.entry(id.clone()).or_insert(sequence);
                     }
                 }
             }
             Event::InteractionRequested(i) => {
-                let maps = self.maps.get_mut();
+                let Some(maps) = self.maps.get_mut() else {
+                    return;
+                };
                 maps.interactions.insert(
                     i.interaction_id.clone(),
                     InteractionState {
@@ -240,7 +288,9 @@ impl State {
                 maps.pending.insert(sequence, i.interaction_id.clone());
             }
             Event::InteractionResolved(r) => {
-                let maps = self.maps.get_mut();
+                let Some(maps) = self.maps.get_mut() else {
+                    return;
+                };
                 if let Some(s) = maps.interactions.get_mut(&r.interaction_id) {
                     if s.resolved.is_none() {
                         s.resolved = Some(sequence);
@@ -248,7 +298,11 @@ impl State {
                     }
                 }
             }
-            Event::ContextPrepared(_) => self.maps.get_mut().contexts.push(sequence),
+            Event::ContextPrepared(_) => {
+                if let Some(maps) = self.maps.get_mut() {
+                    maps.contexts.push(sequence);
+                }
+            }
             Event::TitleSet(t) => self.titles.push((sequence, t.title.clone())),
             Event::ImportMark(m) => {
                 if self.parent.is_none() {
@@ -268,8 +322,12 @@ impl State {
     }
 
     /// Is a row of this tool call (or its result) hidden?
+    /// (False when the maps are damaged: the Session is then out of service, see
+    /// [`State::maps`].)
     pub(crate) fn is_internal_call(&self, id: &str) -> bool {
-        self.maps().internal_calls.contains_key(id)
+        self.maps
+            .get()
+            .is_some_and(|m| m.internal_calls.contains_key(id))
     }
 
     /// Writes the checkpoint atomically (temporary file, fsync, rename, fsync of the
@@ -279,7 +337,7 @@ impl State {
         let encode_err = |e: postcard::Error| {
             EngineError::corrupt(path, format!("cannot encode the state checkpoint: {e}"))
         };
-        let mut payload = postcard::to_allocvec(&(
+        let head = postcard::to_allocvec(&(
             self.revision,
             &self.titles,
             &self.first_line,
@@ -287,22 +345,30 @@ impl State {
             cover,
         ))
         .map_err(encode_err)?;
-        match (self.maps.maps.get(), &self.maps.encoded) {
-            // Never decoded since it was loaded: the same bytes again.
-            (None, Some(e)) => payload.extend_from_slice(e.bytes()),
+        let encoded;
+        let (maps, maps_crc): (&[u8], u32) = match (self.maps.maps.get(), &self.maps.encoded) {
+            // Never decoded since it was loaded: the same bytes again, with the CRC they were
+            // written with (unchecked bytes are carried, never vouched for).
+            (None, Some(e)) => (e.bytes(), e.crc),
             _ => {
-                payload.extend_from_slice(&postcard::to_allocvec(self.maps()).map_err(encode_err)?)
+                encoded = postcard::to_allocvec(self.maps()?).map_err(encode_err)?;
+                (&encoded, crc32fast::hash(&encoded))
             }
-        }
-        let mut bytes = Vec::with_capacity(CHECKPOINT_HEADER_BYTES + payload.len() + 4);
+        };
+        let head_len = u32::try_from(head.len())
+            .map_err(|_| EngineError::corrupt(path, "the state checkpoint's head is over 4 GiB"))?;
+        let payload_len = (head.len() + maps.len()) as u64;
+        let mut bytes = Vec::with_capacity(CHECKPOINT_HEADER_BYTES + head.len() + maps.len() + 8);
         bytes.extend_from_slice(&CHECKPOINT_MAGIC);
         bytes.extend_from_slice(&CHECKPOINT_FORMAT_VERSION.to_le_bytes());
-        bytes.extend_from_slice(&0u32.to_le_bytes());
+        bytes.extend_from_slice(&head_len.to_le_bytes());
         bytes.extend_from_slice(&self.revision.to_le_bytes());
-        bytes.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-        bytes.extend_from_slice(&payload);
-        let crc = crc32fast::hash(&bytes);
-        bytes.extend_from_slice(&crc.to_le_bytes());
+        bytes.extend_from_slice(&payload_len.to_le_bytes());
+        bytes.extend_from_slice(&head);
+        let head_crc = crc32fast::hash(&bytes);
+        bytes.extend_from_slice(maps);
+        bytes.extend_from_slice(&head_crc.to_le_bytes());
+        bytes.extend_from_slice(&maps_crc.to_le_bytes());
         crate::fsutil::write_atomic(path, &bytes)
     }
 
@@ -310,41 +376,44 @@ impl State {
     /// caller rebuilds: the checkpoint is derived data).
     #[cfg(test)]
     pub(crate) fn load(path: &Path) -> Option<State> {
-        Self::load_covering(path).map(|(state, _)| state)
+        Self::load_covering(path, &Arc::default(), true).map(|(state, _)| state)
     }
 
-    /// Loads a checkpoint and the index lengths it was taken with; `None` as for `load`. Its
-    /// CRC is checked and the head decoded; the maps stay encoded until their first use.
-    pub(crate) fn load_covering(path: &Path) -> Option<(State, Coverage)> {
+    /// Loads a checkpoint and the index lengths it was taken with; `None` as for `load`. The
+    /// header and the head are checked (their CRC) and decoded; the maps stay encoded, their
+    /// pages never read, until their first use checks their own CRC and decodes them
+    /// (`maps_now`: at once), reporting damage found then to `damaged`.
+    pub(crate) fn load_covering(
+        path: &Path,
+        damaged: &Arc<AtomicBool>,
+        maps_now: bool,
+    ) -> Option<(State, Coverage)> {
         // Mapped, not read: a copy of a large checkpoint was most of a large Session's open.
         let file = Arc::new(logbook_log::io::map_replaced_file(path).ok()??);
-        if file.len() < CHECKPOINT_HEADER_BYTES + 4 {
-            return None;
-        }
         let bytes: &[u8] = &file;
-        if bytes[..8] != CHECKPOINT_MAGIC {
+        let word = |at: usize| -> Option<[u8; 8]> { bytes.get(at..at + 8)?.try_into().ok() };
+        let half = |at: usize| -> Option<u32> {
+            Some(u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
+        };
+        if word(0)? != CHECKPOINT_MAGIC || half(8)? != CHECKPOINT_FORMAT_VERSION {
             return None;
         }
-        let version = u32::from_le_bytes(bytes[8..12].try_into().ok()?);
-        if version != CHECKPOINT_FORMAT_VERSION {
-            return None;
-        }
-        let covered = u64::from_le_bytes(bytes[16..24].try_into().ok()?);
-        let payload_len = u64::from_le_bytes(bytes[24..32].try_into().ok()?);
+        let head_len = half(12)? as usize;
+        let covered = u64::from_le_bytes(word(16)?);
+        let payload_len = u64::from_le_bytes(word(24)?);
         if payload_len > CHECKPOINT_PAYLOAD_BYTES_MAX
-            || (bytes.len() as u64) != CHECKPOINT_HEADER_BYTES as u64 + payload_len + 4
+            || head_len as u64 > payload_len
+            || (bytes.len() as u64) != CHECKPOINT_HEADER_BYTES as u64 + payload_len + 8
         {
             return None;
         }
-        let end = bytes.len() - 4;
-        let crc = u32::from_le_bytes(bytes[end..].try_into().ok()?);
-        if crc32fast::hash(&bytes[..end]) != crc {
+        let maps_at = CHECKPOINT_HEADER_BYTES + head_len;
+        let end = bytes.len() - 8;
+        if crc32fast::hash(&bytes[..maps_at]) != half(end)? {
             return None;
         }
-        let (head, maps): (Head, &[u8]) =
-            postcard::take_from_bytes(&bytes[CHECKPOINT_HEADER_BYTES..end]).ok()?;
+        let head: Head = postcard::from_bytes(&bytes[CHECKPOINT_HEADER_BYTES..maps_at]).ok()?;
         let (revision, titles, first_line, parent, cover) = head;
-        let range = end - maps.len()..end;
         let state = State {
             revision,
             titles,
@@ -353,11 +422,17 @@ impl State {
             maps: LazyMaps {
                 maps: OnceLock::new(),
                 encoded: Some(Encoded {
+                    crc: half(end + 4)?,
                     file: Arc::clone(&file),
-                    range,
+                    range: maps_at..end,
+                    path: path.into(),
+                    damaged: Arc::clone(damaged),
                 }),
             },
         };
+        if maps_now && state.maps.get().is_none() {
+            return None;
+        }
         (state.revision == covered).then_some((state, cover))
     }
 }
@@ -400,5 +475,54 @@ mod tests {
             std::fs::write(&path, &good[..len]).expect("write");
             assert_eq!(State::load(&path), None, "truncated to {len} accepted");
         }
+    }
+
+    /// The maps are checked at their first use, not at load: damage there loads, fails that
+    /// use with `corrupt` and reports itself; a checkpoint saved again before any use carries
+    /// the unchecked bytes with their own CRC, so the damage stays visible.
+    #[test]
+    fn maps_checked_at_first_use() {
+        let dir = tempfile::tempdir().expect("tmp");
+        let path = dir.path().join("state.ckpt");
+        let mut s = State::default();
+        s.apply(
+            1,
+            &Event::UserMessage(UserMessage {
+                invocation: "inv".into(),
+                text: "hello".into(),
+                attachments: vec![],
+            }),
+        );
+        s.save_covering(&path, Coverage::default()).expect("save");
+        let good = std::fs::read(&path).expect("read");
+        // The last maps byte: the file ends with the two CRCs.
+        let mut bad = good.clone();
+        let at = good.len() - 9;
+        bad[at] ^= 0x01;
+        std::fs::write(&path, &bad).expect("write");
+        let damaged = Arc::new(AtomicBool::new(false));
+        let (loaded, _) = State::load_covering(&path, &damaged, false).expect("head is good");
+        assert_eq!(loaded.revision, 1);
+        assert!(
+            !damaged.load(Ordering::Acquire),
+            "nothing checked before the first use"
+        );
+        let again = dir.path().join("again.ckpt");
+        loaded
+            .save_covering(&again, Coverage::default())
+            .expect("save undecoded");
+        assert_eq!(
+            std::fs::read(&again).expect("read"),
+            bad,
+            "carried as loaded"
+        );
+        assert!(matches!(loaded.maps(), Err(EngineError::Corrupt { .. })));
+        assert!(damaged.load(Ordering::Acquire) && loaded.maps_damaged());
+        assert!(loaded.save_covering(&again, Coverage::default()).is_err());
+        assert!(State::load_covering(&again, &Arc::default(), true).is_none());
+        // Undamaged, the same lazy load decodes to the state saved.
+        std::fs::write(&path, &good).expect("write");
+        let (loaded, _) = State::load_covering(&path, &damaged, false).expect("load");
+        assert_eq!(loaded, s);
     }
 }

@@ -478,3 +478,83 @@ fn open_checks_the_log_from_the_checkpoint_on() {
         .expect_err("a full check finds the damage");
     assert_eq!(e.kind(), ErrorKind::Corrupt, "{e}");
 }
+
+/// Flips the last byte of the maps in a Session's checkpoint (the file ends with the CRC of
+/// the header and head, then the CRC of the maps).
+fn damage_checkpoint_maps(root_dir: &Path, sid: &str) {
+    let ckpt = session_dir(root_dir, sid).join("state.ckpt");
+    let mut bytes = std::fs::read(&ckpt).expect("checkpoint");
+    let at = bytes.len() - 9;
+    bytes[at] ^= 0x01;
+    std::fs::write(&ckpt, &bytes).expect("write");
+}
+
+fn model_of(batches: usize) -> (tempfile::TempDir, Root) {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let model = root_at(&tmp.path().join("m"));
+    create(&model, "s");
+    fill(&model, "s", batches);
+    (tmp, model)
+}
+
+#[test]
+fn checkpoint_maps_damaged_are_found_at_first_use_and_rebuilt() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("r");
+    let root = root_at(&dir);
+    create(&root, "s");
+    fill(&root, "s", 6);
+    root.sync_indexes().expect("checkpoint");
+    drop(root);
+    damage_checkpoint_maps(&dir, "s");
+    let (_m, model) = model_of(7);
+    let root = Root::open(&dir).expect("the open reads the head only");
+    // History needs no maps: served from the checkpoint's head and the indexes.
+    let (_m6, model6) = model_of(6);
+    assert_eq!(all_pages(&root, "s"), all_pages(&model6, "s"));
+    // The first use of the maps finds the damage: that request fails, nothing is written.
+    let rev = root.revision("s").expect("rev");
+    let e = root
+        .pending_interactions("s")
+        .expect_err("damaged maps are never used");
+    assert_eq!(e.kind(), ErrorKind::Corrupt, "{e}");
+    assert!(e.to_string().contains("checkpoint"), "{e}");
+    // The next call opens the Session again from its log, the maps rebuilt.
+    assert_eq!(root.revision("s").expect("rev"), rev);
+    fill(&root, "s", 7);
+    assert_eq!(all_pages(&root, "s"), all_pages(&model, "s"));
+    drop(root);
+    let root = Root::open(&dir).expect("reopen");
+    assert_eq!(all_pages(&root, "s"), all_pages(&model, "s"));
+    assert!(root.pending_interactions("s").expect("pending").is_empty());
+}
+
+#[test]
+fn checkpoint_maps_damaged_under_a_replayed_tail_rebuild_at_open() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("r");
+    let opts = RootOptions {
+        index_sync_interval: std::time::Duration::from_secs(3600),
+        ..RootOptions::default()
+    };
+    Root::open_or_init(&dir).expect("init");
+    let root = Root::open_with(&dir, opts.clone()).expect("open");
+    create(&root, "s");
+    fill(&root, "s", 6);
+    root.sync_indexes().expect("checkpoint");
+    let saved = std::fs::read(session_dir(&dir, "s").join("state.ckpt")).expect("read");
+    fill(&root, "s", 9); // a tail after the checkpoint, its Turns touching the maps
+    drop(root);
+    std::fs::write(session_dir(&dir, "s").join("state.ckpt"), &saved).expect("restore");
+    damage_checkpoint_maps(&dir, "s");
+    let (_m, model) = model_of(9);
+    let root = Root::open_with(&dir, opts).expect("reopen");
+    assert_eq!(all_pages(&root, "s"), all_pages(&model, "s"));
+    assert!(root
+        .pending_interactions("s")
+        .expect("no error: rebuilt at open")
+        .is_empty());
+    fill(&root, "s", 10);
+    let (_m10, model10) = model_of(10);
+    assert_eq!(all_pages(&root, "s"), all_pages(&model10, "s"));
+}
