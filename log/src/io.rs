@@ -430,10 +430,12 @@ impl FileSystem for FaultyFs {
 /// over, even after the name points at a newer file.
 pub fn map_replaced_file(path: &Path) -> io::Result<Option<memmap2::Mmap>> {
     let file = File::open(path)?;
-    if file.metadata()?.len() == 0 {
+    let len = file.metadata()?.len();
+    if len == 0 {
         return Ok(None);
     }
+    let len = usize::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::FileTooLarge))?;
     // SAFETY: read only; the caller's files are never written in place (see above), so the
-    // mapped bytes do not change under the map.
-    unsafe { memmap2::Mmap::map(&file) }.map(Some)
+    // mapped bytes do not change under the map. (The length is given: one `fstat` less.)
+    unsafe { memmap2::MmapOptions::new().len(len).map(&file) }.map(Some)
 }

@@ -526,8 +526,8 @@ fn dir_key(dir: &Path) -> Option<DirKey> {
 
 impl LogInstances {
     /// Records a new open of `dir` as the newest; returns its key and instance number.
-    fn register(dir: &Path) -> Option<(DirKey, u64)> {
-        let key = dir_key(dir)?;
+    fn register(key: Option<DirKey>) -> Option<(DirKey, u64)> {
+        let key = key?;
         let mut g = lock(&LOG_INSTANCES);
         let all = g.get_or_insert_with(|| LogInstances {
             newest: HashMap::new(),
@@ -853,6 +853,7 @@ impl Log {
             Vec::new(),
             false,
             None,
+            dir_key(dir),
         );
         Ok((log, locations))
     }
@@ -886,7 +887,10 @@ impl Log {
         referenced: Option<Location>,
     ) -> Result<(Log, Recovery), LogError> {
         check_config(&config)?;
-        if let Some(key) = dir_key(dir) {
+        // The directory's identity, looked up once: a seal of it queued by an earlier handle's
+        // close is settled first, and this handle registers under it.
+        let key = dir_key(dir);
+        if let Some(key) = key {
             settle_closed_seal(key);
         }
         let names = match fs.list_dir(dir) {
@@ -1073,6 +1077,7 @@ impl Log {
             to_seal,
             marked,
             None,
+            key,
         );
         lock(&log.shared.writer).name_unsynced = name_unsynced;
         Ok((log, rec))
@@ -1093,6 +1098,7 @@ impl Log {
         to_seal: Vec<u64>,
         marked: bool,
         follow: Option<follow::Follow>,
+        key: Option<DirKey>,
     ) -> Log {
         let preallocates = preallocated && config.preallocates();
         let cache = LogCache::new(
@@ -1155,7 +1161,7 @@ impl Log {
         // directory that may change its files.
         let instance = match shared.follow {
             Some(_) => None,
-            None => LogInstances::register(dir),
+            None => LogInstances::register(key),
         };
         Log { shared, instance }
     }
@@ -2470,9 +2476,9 @@ impl Shared {
             Seg::Sealed(_) => self.read_bytes(seg, offset, &mut h, &mut st.hint)?,
             // A streaming reader reads the active segment with `pread` too (its window), so a
             // pass leaves no page of it mapped in the process.
-            Seg::Active(a) => match a
-                .mapped(offset, offset + FRAME_HEADER_BYTES)
-                .filter(|_| !st.hint.streams())
+            Seg::Active(a) => match (!st.hint.streams())
+                .then(|| a.mapped(offset, offset + FRAME_HEADER_BYTES))
+                .flatten()
             {
                 Some(bytes) => h.copy_from_slice(bytes),
                 None => {
@@ -2508,7 +2514,10 @@ impl Shared {
             Seg::Sealed(s) => {
                 s.slice(at, len as usize, &self.cache, &mut st.hint, &mut st.scratch)?
             }
-            Seg::Active(a) => match a.mapped(at, at + len).filter(|_| !st.hint.streams()) {
+            Seg::Active(a) => match (!st.hint.streams())
+                .then(|| a.mapped(at, at + len))
+                .flatten()
+            {
                 Some(bytes) => bytes,
                 None => {
                     let n = fh.frame_len().max((bound - offset).min(st.ahead));

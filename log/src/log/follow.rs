@@ -174,6 +174,7 @@ impl Log {
             Vec::new(),
             false,
             Some(follow),
+            None,
         ))
     }
 
