@@ -171,9 +171,9 @@ impl EngineError {
         false
     }
 
-    /// True when a derived index entry failed its checksum as it was read: the Session it
-    /// belongs to was marked for a rebuild (its next use opens it again from the log), so the
-    /// request may be tried once more (see `Shared::with_descriptors`).
+    /// True when a derived index entry (or the checkpoint's maps) failed its checksum as it was
+    /// read: the Session it belongs to was marked for a rebuild (its next use opens it again
+    /// from the log), so the request may be tried once more (see `Shared::with_descriptors`).
     pub(crate) fn is_index_damage(&self) -> bool {
         matches!(
             self,

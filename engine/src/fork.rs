@@ -161,7 +161,7 @@ impl Root {
         if let Some(r) = self.committed(&p.session_id, &p.operation, params)? {
             return Ok(r);
         }
-        let source = self.session(&p.session_id)?;
+        let source = self.session_with_maps(&p.session_id)?;
         let workspace = lock(&sh.registry)
             .sessions
             .get(&p.session_id)

@@ -590,7 +590,7 @@ impl Shared {
         let extras = Extras::default();
         let mut last: Option<SessionRecord> = None;
         let mut last_fork = None;
-        for item in root_log.scan(root_log.start()) {
+        for item in root_log.streaming_scan(root_log.start()) {
             let (loc, record, _) = item?;
             // Only the last record can be a registration whose directory is unfinished.
             (last, last_fork) =
@@ -963,33 +963,39 @@ impl Shared {
         }
         self.make_room();
         let dir = self.dir.join(SESSIONS_DIR).join(id);
+        // Looked up once (an open is a few dozen system calls; this was three of them), and
+        // again only after something made the directory.
+        let mut present = dir.is_dir();
         let base = match layered {
             Some(b) => {
                 self.check_chain(id, &b.session_id)?;
                 let source = self.session(&b.session_id)?;
-                if !dir.is_dir() && !self.options.read_only {
+                if !present && !self.options.read_only {
                     self.make_fork_dir(id)?;
+                    present = dir.is_dir();
                 }
                 Some(crate::session::Base::open(&dir, source, b.through)?)
             }
             None => None,
         };
-        if self.options.read_only && !dir.is_dir() {
+        if self.options.read_only && !present {
             // Registered a moment ago: the writer is renaming its directory into place (or
             // will, when it next opens the Root). Nothing to read yet, and nothing a reader
             // may finish.
             return Err(EngineError::Busy { path: dir });
         }
-        if imported && !dir.is_dir() && import_staging_dir(&self.dir, id).is_dir() {
+        if imported && !present && import_staging_dir(&self.dir, id).is_dir() {
             // Committed, but the rename into place failed or a crash came first.
             self.place(&import_staging_dir(&self.dir, id), id)?;
+            present = dir.is_dir();
         }
         let plain = plain.filter(|_| !imported);
-        if let Some(workspace) = plain.filter(|_| !dir.is_dir() && self.staging_of(id).is_dir()) {
+        if let Some(workspace) = plain.filter(|_| !present && self.staging_of(id).is_dir()) {
             // Registered, but the rename into place failed or a crash came first.
             self.materialize(id, workspace, None)?;
+            present = dir.is_dir();
         }
-        if !dir.is_dir() {
+        if !present {
             return Err(EngineError::corrupt(
                 &dir,
                 "the Root log lists this Session but its directory is missing",
@@ -1030,10 +1036,21 @@ impl Shared {
         }
         s.touch(self.uses.fetch_add(1, Ordering::Relaxed));
         *guard = Some(Arc::clone(&s));
-        lock(&self.opened).push(Open {
-            session: Arc::clone(&s),
-            slot: Arc::clone(&slot),
-        });
+        let open = {
+            let mut opened = lock(&self.opened);
+            opened.push(Open {
+                session: Arc::clone(&s),
+                slot: Arc::clone(&slot),
+            });
+            opened.len()
+        };
+        let max = self.open_max.load(Ordering::Acquire);
+        if open > max {
+            // Opens that ran at once each made room for one (`make_room`), then all came in:
+            // the surplus goes now, or the cache would stay over its budget (and over its
+            // descriptors) once the opens stop. This one is in use, so others go.
+            self.close_idle(max, 0);
+        }
         Ok(s)
     }
 

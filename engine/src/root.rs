@@ -162,6 +162,19 @@ impl Root {
         self.shared.session(id)
     }
 
+    /// [`Root::session`] for a call that uses the state's maps (the queue, interactions,
+    /// internal tool calls, contexts): they are decoded here, and a checkpoint whose maps fail
+    /// their checksum has the Session opened again from its log and the maps rebuilt, so the
+    /// call gets its answer, not the damage.
+    pub(crate) fn session_with_maps(&self, id: &str) -> Result<Arc<Session>, EngineError> {
+        let sh = &self.shared;
+        sh.with_descriptors(|| {
+            let s = sh.session(id)?;
+            s.read().state.maps()?;
+            Ok(s)
+        })
+    }
+
     /// Closes every open Session no call is using, as the open-Session cache does when it
     /// needs room; returns how many it closed (for benchmarks and tests of reopening).
     #[doc(hidden)]
@@ -494,7 +507,7 @@ impl Root {
         for (i, e) in p.events.iter().enumerate() {
             validate_event(i, e)?;
         }
-        let s = self.session(&p.session_id)?;
+        let s = self.session_with_maps(&p.session_id)?;
         // Encode every event once: the receipt digest and the record payloads use these bytes.
         let prepared: Vec<Prepared> = p.events.into_iter().map(Prepared::new).collect();
         let params = records::append_params_digest(&prepared);
@@ -583,7 +596,7 @@ impl Root {
                 bytes,
             ));
         }
-        let s = self.session(&p.session_id)?;
+        let s = self.session_with_maps(&p.session_id)?;
         let metas: Vec<&AttachmentMeta> = decoded.iter().map(|(m, _)| m).collect();
         let params = records::params_digest("send", &(&p.text, &metas));
         let sh = &self.shared;
@@ -630,7 +643,7 @@ impl Root {
         self.shared.writable()?;
         validate_id("operation", &p.operation)?;
         validate_id("invocation", &p.invocation)?;
-        let s = self.session(&p.session_id)?;
+        let s = self.session_with_maps(&p.session_id)?;
         let params = records::params_digest("stop", &p.invocation);
         let inv = p.invocation;
         let mut build = |state: &State, first: u64| {
@@ -663,7 +676,7 @@ impl Root {
         self.shared.writable()?;
         validate_id("operation", &p.operation)?;
         validate_id("interactionId", &p.interaction_id)?;
-        let s = self.session(&p.session_id)?;
+        let s = self.session_with_maps(&p.session_id)?;
         let params = records::params_digest("respond", &(&p.interaction_id, &p.response));
         let mut build = |state: &State, first: u64| {
             match state.maps()?.interactions.get(&p.interaction_id) {
@@ -694,7 +707,7 @@ impl Root {
     }
 
     pub fn pending_interactions(&self, session_id: &str) -> Result<Vec<Interaction>, EngineError> {
-        let s = self.session(session_id)?;
+        let s = self.session_with_maps(session_id)?;
         let inner = s.read();
         s.interactions_pending(&inner)
     }
@@ -705,7 +718,7 @@ impl Root {
         session_id: &str,
         interaction_id: &str,
     ) -> Result<Option<Interaction>, EngineError> {
-        let s = self.session(session_id)?;
+        let s = self.session_with_maps(session_id)?;
         let inner = s.read();
         s.interaction_in(&inner, interaction_id)
     }
@@ -782,8 +795,11 @@ impl Root {
 
     /// Blocks up to `timeoutMs` until an event with `sequence > after` exists.
     pub fn watch(&self, p: WatchParams) -> Result<WatchResult, EngineError> {
-        self.session(&p.session_id)?
-            .watch(p.after, p.timeout_ms, &self.shared.waits_ended)
+        self.session_with_maps(&p.session_id)?.watch(
+            p.after,
+            p.timeout_ms,
+            &self.shared.waits_ended,
+        )
     }
 
     /// The latest `contextPrepared` at or before the fence, or None.
@@ -794,7 +810,7 @@ impl Root {
 
     /// Attachment metadata of an invocation's user message, in order.
     pub fn attachments(&self, p: AttachmentsParams) -> Result<Vec<AttachmentMeta>, EngineError> {
-        let s = self.session(&p.session_id)?;
+        let s = self.session_with_maps(&p.session_id)?;
         let inner = s.read();
         let st = inner
             .state

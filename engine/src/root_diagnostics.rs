@@ -25,7 +25,7 @@ impl Root {
         validate_id("operation", &p.operation)?;
         validate_id("invocation", &p.invocation)?;
         validate_cause(&p.cause)?;
-        let s = self.session(&p.session_id)?;
+        let s = self.session_with_maps(&p.session_id)?;
         let params = records::params_digest(
             "recordDiagnostic",
             &(&p.kind, &p.invocation, &p.cause.code, &p.cause.message),

@@ -136,17 +136,19 @@ impl LazyMaps {
         self.maps.get_mut().and_then(Option::as_mut)
     }
 
-    /// The error a use of damaged maps answers.
+    /// The error a use of damaged maps answers: a derived file's checksum mismatch, which
+    /// the Root answers by opening the Session again from its log and trying once more (see
+    /// `Shared::with_descriptors`), so a caller sees it only if the rebuild fails too.
     fn damaged(&self) -> EngineError {
-        let path = self
-            .encoded
-            .as_ref()
-            .map_or_else(|| Path::new("state.ckpt").into(), |e| Arc::clone(&e.path));
-        EngineError::corrupt(
-            &*path,
-            "the state checkpoint's maps fail their checksum: the Session is opened again from \
-             its log on the next call, which rebuilds them",
-        )
+        let Some(e) = &self.encoded else {
+            return EngineError::corrupt("state.ckpt", "the state's maps are damaged");
+        };
+        EngineError::Index(logbook_index::IndexError::ChecksumMismatch {
+            path: e.path.to_path_buf(),
+            offset: e.range.start as u64,
+            expected: e.crc,
+            got: crc32fast::hash(e.bytes()),
+        })
     }
 }
 
@@ -516,7 +518,8 @@ mod tests {
             bad,
             "carried as loaded"
         );
-        assert!(matches!(loaded.maps(), Err(EngineError::Corrupt { .. })));
+        let e = loaded.maps().expect_err("damaged");
+        assert!(e.is_index_damage(), "{e}");
         assert!(damaged.load(Ordering::Acquire) && loaded.maps_damaged());
         assert!(loaded.save_covering(&again, Coverage::default()).is_err());
         assert!(State::load_covering(&again, &Arc::default(), true).is_none());

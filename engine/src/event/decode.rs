@@ -157,7 +157,9 @@ impl<'a> Cursor<'a> {
     }
 
     fn str(&mut self) -> Result<&'a str, Malformed> {
-        std::str::from_utf8(self.bytes()?).map_err(|_| Malformed("a text is not UTF-8"))
+        // The same check as `std::str::from_utf8`, several times faster on long texts of
+        // non-ASCII characters: it was a sixth of reading a page of rows.
+        simdutf8::basic::from_utf8(self.bytes()?).map_err(|_| Malformed("a text is not UTF-8"))
     }
 
     fn skip_str(&mut self) -> Result<(), Malformed> {
