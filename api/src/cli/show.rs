@@ -149,6 +149,9 @@ pub fn verify(v: &Value) {
 }
 
 pub fn rows(v: &Value) {
+    use std::fmt::Write as _;
+    // The page printed whole: one write, not one per row (standard output is line buffered).
+    let mut out = String::new();
     for row in v["rows"].as_array().into_iter().flatten() {
         let pos = &row["position"];
         let fields = row["fields"].as_object();
@@ -170,7 +173,8 @@ pub fn rows(v: &Value) {
             .as_str()
             .map(|i| format!("[{}] ", printable(i, false)))
             .unwrap_or_default();
-        println!(
+        let _ = writeln!(
+            out,
             "{:>6}.{:<3} {:<11} {}{}{}",
             pos["sourceSequence"],
             pos["itemIndex"],
@@ -180,12 +184,16 @@ pub fn rows(v: &Value) {
             preview(text, 100)
         );
     }
+    print!("{out}");
 }
 
 pub fn hits(ctx: &Ctx, session: &str, v: &Value) {
+    let mut out = String::new();
     for hit in v["hits"].as_array().into_iter().flatten() {
-        println!("{}", hit_line(ctx, session, hit));
+        out.push_str(&hit_line(ctx, session, hit));
+        out.push('\n');
     }
+    print!("{out}");
 }
 
 /// One hit: its row (sequence.item), field and snippet.
