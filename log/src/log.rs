@@ -937,10 +937,10 @@ impl Log {
         // The newest segment's file length and whether it may end in zeros (version 2).
         let mut newest_tail = (0u64, false);
         for (&n, &(has_active, has_sealed)) in &found {
-            let active_path = dir.join(active_name(n));
             if has_sealed {
                 let p = dir.join(sealed_name(n));
                 let s = if has_active {
+                    let active_path = dir.join(active_name(n));
                     // A crash between steps 2 and 3 of sealing: the sealed file is complete.
                     // Check it before the active copy goes (the only sealed file open reads).
                     let s = SealedSegment::open(Arc::clone(&fs), &p, n)?;
@@ -962,6 +962,7 @@ impl Log {
                 );
                 continue;
             }
+            let active_path = dir.join(active_name(n));
             rec.unsealed_segments += 1;
             let f = fs
                 .open_rw(&active_path)
