@@ -210,8 +210,8 @@ pub(crate) fn title_line(text: &str) -> Option<String> {
 }
 
 impl State {
-    /// The maps (decoded now if they were not yet); `corrupt` when the checkpoint's maps fail
-    /// their CRC (the damage is reported to the Session, which is then opened again).
+    /// The maps (decoded now if they were not yet); a checksum mismatch when the checkpoint's
+    /// maps fail their CRC (reported to the Session, which is then opened again from its log).
     pub(crate) fn maps(&self) -> Result<&Maps, EngineError> {
         self.maps.get().ok_or_else(|| self.maps.damaged())
     }
@@ -221,7 +221,7 @@ impl State {
         matches!(self.maps.maps.get(), Some(None))
     }
 
-    /// The maps, to change them; `corrupt` as for [`State::maps`].
+    /// The maps, to change them; fails as [`State::maps`] does.
     pub(crate) fn maps_mut(&mut self) -> Result<&mut Maps, EngineError> {
         if self.maps.get().is_none() {
             return Err(self.maps.damaged());
