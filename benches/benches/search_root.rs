@@ -112,7 +112,17 @@ fn options() -> RootOptions {
     }
 }
 
-fn ingest(dir: &Path, groups: &[Vec<&Row>]) -> Duration {
+/// What a search right after the ingest saw: the time and the pages of every hit of the
+/// rare needle, and their count.
+struct JustAfter {
+    took: Duration,
+    pages: usize,
+    hits: usize,
+}
+
+/// Ingests the groups, one Session each; then (the Root still open, its index work not
+/// waited for) every hit of the rare needle, as a host searching right after an import.
+fn ingest(dir: &Path, groups: &[Vec<&Row>]) -> (Duration, JustAfter) {
     let root = Root::open_or_init_with(dir, options()).unwrap();
     let t = Instant::now();
     for (g, rows) in groups.iter().enumerate() {
@@ -132,8 +142,16 @@ fn ingest(dir: &Path, groups: &[Vec<&Row>]) -> Duration {
             .unwrap();
         }
     }
+    let ingested = t.elapsed();
+    let t = Instant::now();
+    let (hits, pages) = hits(&root, NEEDLES[0], usize::MAX, 1024);
+    let just_after = JustAfter {
+        took: t.elapsed(),
+        pages,
+        hits,
+    };
     drop(root);
-    t.elapsed()
+    (ingested, just_after)
 }
 
 fn params(q: &str, after: Option<String>, limit: u32) -> SearchRootParams {
@@ -257,7 +275,7 @@ fn bench(c: &mut Criterion) {
         let n = layout_name.parse::<usize>().ok();
         let groups = layout(&rows, n);
         let dir = tempfile::tempdir().unwrap();
-        let took = ingest(dir.path(), &groups);
+        let (took, just_after) = ingest(dir.path(), &groups);
         let bytes = dir_bytes(dir.path());
         let case = format!("{label}/{}sessions", groups.len());
         eprintln!(
@@ -281,8 +299,22 @@ fn bench(c: &mut Criterion) {
             opened.as_secs_f64() * 1e3,
             t.elapsed().as_secs_f64() * 1e3
         );
+        eprintln!(
+            "search/root {case}: right after the ingest, every hit of {:?}: {} hits in {} \
+             pages, {:.1} ms",
+            NEEDLES[0],
+            just_after.hits,
+            just_after.pages,
+            just_after.took.as_secs_f64() * 1e3
+        );
         for q in NEEDLES {
             let (all, pages) = hits(&root, q, usize::MAX, 1024);
+            if *q == NEEDLES[0] {
+                assert_eq!(
+                    all, just_after.hits,
+                    "the search right after the ingest found other hits than after a restart"
+                );
+            }
             let fts_rows = fts.as_ref().map(|f| fts_count(f, q));
             eprintln!(
                 "search/root {case} {q:?}: {all} hits in {pages} pages; FTS5 rows {fts_rows:?}"

@@ -24,7 +24,7 @@ pub const ROUND_INTERVAL: Duration = Duration::from_secs(1);
 /// last look (a write in the same clock tick as the look would go unseen).
 pub const RACY_MTIME: Duration = Duration::from_secs(2);
 /// Read-only log handles kept open between rounds, at most (least recently used closed);
-/// fewer under a low descriptor limit (see [`open_logs_budget`]).
+/// fewer under a low descriptor limit (the engine's open-Session budget, when it is smaller).
 pub const OPEN_LOGS_MAX: usize = 128;
 
 /// Log handles the replicator keeps open: [`OPEN_LOGS_MAX`], or the engine's open-Session
