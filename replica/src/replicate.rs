@@ -402,7 +402,17 @@ impl Replicator {
             })
         };
         let last = self.seen.get(path);
-        let guess = last.and_then(|s| s.newest.map(|(n, ..)| n)).unwrap_or(0);
+        // The newest segment known: the one the last look saw, or a newer one the read after
+        // it found (and planned). Without the second the look stayed on segment 0 after a
+        // roll, and appends to the newest segment went unseen until the directory changed.
+        let known = self
+            .uploaded
+            .logs
+            .get(path)
+            .and_then(|segs| segs.keys().next_back().copied());
+        let guess = (last.and_then(|s| s.newest.map(|(n, ..)| n)))
+            .max(known)
+            .unwrap_or(0);
         let now = Seen {
             dir_mtime,
             newest: newest_of(guess),
