@@ -132,6 +132,17 @@ struct Made {
     bytes: Bytes,
 }
 
+/// The uploads a round has planned and not run yet, and what the local checks saw of the
+/// logs and folders they come from (taken into the replicator once they all succeeded).
+#[derive(Default)]
+struct Batch {
+    jobs: Vec<Job>,
+    /// Log handles the jobs hold (one per `Job::Chunks`): each holds its active file open.
+    handles: usize,
+    looked: Vec<(String, Seen)>,
+    folders: Vec<(PathBuf, SystemTime)>,
+}
+
 /// Follows one Root and uploads it to one replica location.
 pub struct Replicator {
     root: PathBuf,
@@ -297,9 +308,9 @@ impl Replicator {
         self.root_log.refresh()?;
         let root_end = self.root_log.end();
         self.take_registrations(root_end)?;
-        let mut jobs = Vec::new();
+        let mut batch = Batch::default();
         let root_log = Arc::clone(&self.root_log);
-        self.plan_log(ROOT_LOG, &root_log, &mut jobs)?;
+        self.plan_log(ROOT_LOG, &root_log, &mut batch.jobs)?;
         let mut held_back = None;
         let last = self.registered.len().checked_sub(1);
         for i in 0..self.registered.len() {
@@ -331,33 +342,24 @@ impl Replicator {
                     }
                     Err(e) => return Err(e),
                 };
-                self.plan_log(&path, &handle, &mut jobs)?;
-                self.seen.insert(path, before);
+                let planned = batch.jobs.len();
+                self.plan_log(&path, &handle, &mut batch.jobs)?;
+                batch.handles += (batch.jobs[planned..].iter())
+                    .filter(|j| matches!(j, Job::Chunks { .. }))
+                    .count();
+                batch.looked.push((path, before));
+                // 3a. Upload now when the planned jobs hold as many logs open as the handle
+                // cache: a first round over many Sessions would otherwise hold them all.
+                if batch.handles >= open_logs_budget() {
+                    self.run_batch(round, std::mem::take(&mut batch), &mut report)?;
+                }
             }
         }
         // 2. Blobs and patches after the logs: every one a record read above names is there.
-        self.plan_files("blobs", &mut jobs)?;
-        self.plan_files("patches", &mut jobs)?;
+        self.plan_files("blobs", &mut batch)?;
+        self.plan_files("patches", &mut batch)?;
         // 3. Upload.
-        let done = self.execute(round, jobs, &mut report);
-        let failed = done
-            .iter()
-            .find_map(|d| d.as_ref().err().map(|e| e.to_string()));
-        let mut first_error = None;
-        for d in done {
-            match d {
-                Ok(d) => self.record(d),
-                Err(e) if first_error.is_none() => first_error = Some(e),
-                Err(_) => {}
-            }
-        }
-        if report.puts > 0 || report.adopted > 0 {
-            self.round = round;
-        }
-        if let Some(e) = first_error {
-            debug_assert!(failed.is_some());
-            return Err(e);
-        }
+        self.run_batch(round, batch, &mut report)?;
         // 4. The manifest, after every object it names.
         if let Some(why) = held_back {
             report.held_back = Some(why);
@@ -400,7 +402,17 @@ impl Replicator {
             })
         };
         let last = self.seen.get(path);
-        let guess = last.and_then(|s| s.newest.map(|(n, ..)| n)).unwrap_or(0);
+        // The newest segment known: the one the last look saw, or a newer one the read after
+        // it found (and planned). Without the second the look stayed on segment 0 after a
+        // roll, and appends to the newest segment went unseen until the directory changed.
+        let known = self
+            .uploaded
+            .logs
+            .get(path)
+            .and_then(|segs| segs.keys().next_back().copied());
+        let guess = (last.and_then(|s| s.newest.map(|(n, ..)| n)))
+            .max(known)
+            .unwrap_or(0);
         let now = Seen {
             dir_mtime,
             newest: newest_of(guess),
@@ -586,7 +598,7 @@ impl Replicator {
 
     /// Plans uploads of the files in `blobs/` or `patches/` not uploaded yet, listing only the
     /// fan-out folders whose modification time changed.
-    fn plan_files(&mut self, top: &str, jobs: &mut Vec<Job>) -> Result<(), ReplicaError> {
+    fn plan_files(&mut self, top: &str, batch: &mut Batch) -> Result<(), ReplicaError> {
         let dir = self.root.join(top);
         let Ok(meta) = std::fs::metadata(&dir) else {
             return Ok(());
@@ -610,7 +622,7 @@ impl Replicator {
                 .cloned()
                 .collect()
         };
-        self.folders.insert(dir.clone(), mtime);
+        batch.folders.push((dir.clone(), mtime));
         for sub in entries {
             let Ok(m) = std::fs::metadata(&sub) else {
                 continue;
@@ -636,13 +648,51 @@ impl Replicator {
                 }
                 let file = e.path();
                 if top == "blobs" && !self.uploaded.blobs.contains_key(&name) {
-                    jobs.push(Job::Blob { sha: name, file });
+                    batch.jobs.push(Job::Blob { sha: name, file });
                 } else if top == "patches" && !self.uploaded.patches.contains_key(&name) {
-                    jobs.push(Job::Patch { name, file });
+                    batch.jobs.push(Job::Patch { name, file });
                 }
             }
-            self.folders.insert(sub, t);
+            batch.folders.push((sub, t));
         }
+        Ok(())
+    }
+
+    /// Runs a batch's jobs and takes what they uploaded into the uploaded state; then, when
+    /// every job succeeded, remembers what the batch's logs and folders looked like, so the
+    /// next round skips them while they stay so. A failed job's log or folder is looked at
+    /// again by the next round (its `Seen` is not taken), whose plan then starts from what
+    /// was uploaded.
+    fn run_batch(
+        &mut self,
+        round: u64,
+        batch: Batch,
+        report: &mut RoundReport,
+    ) -> Result<(), ReplicaError> {
+        let Batch {
+            jobs,
+            looked,
+            folders,
+            handles: _,
+        } = batch;
+        let done = self.execute(round, jobs, report);
+        let mut first_error = None;
+        for d in done {
+            match d {
+                Ok(d) => self.record(d),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if report.puts > 0 || report.adopted > 0 {
+            self.round = round;
+        }
+        if let Some(e) = first_error {
+            return Err(e);
+        }
+        self.seen.extend(looked);
+        self.folders.extend(folders);
         Ok(())
     }
 

@@ -113,6 +113,82 @@ fn a_server_stopped_and_restarted_mid_run_costs_only_time() {
     }
 }
 
+/// A round that fails reads again, in the next round, what it read: a Session written once
+/// while the server is down (a message and a new attachment) and never after is in the first
+/// manifest once the server is back, however long after the write that is.
+#[test]
+fn what_a_failed_round_read_is_read_again() {
+    let Some(mut s3) = common::S3::start() else {
+        return;
+    };
+    let src = tempfile::tempdir().unwrap();
+    let root = small_segments(src.path());
+    create(&root, "s0");
+    send(&root, "s0", 0);
+    let mut r = Replicator::open(src.path(), s3.store("again")).unwrap();
+    assert!(r.round().unwrap().full);
+    send(&root, "s0", 1);
+    s3.stop();
+    let e = r.round().unwrap_err();
+    assert!(e.is_transient(), "{e}");
+    // Past the time a log or folder is looked at again whatever its length and time say.
+    std::thread::sleep(logbook_replica::RACY_MTIME + Duration::from_millis(500));
+    s3.restart();
+    let rep = r.round().unwrap();
+    assert!(rep.manifest.is_some(), "{rep:?}");
+    let dest = tempfile::tempdir().unwrap();
+    let out = dest.path().join("r");
+    restore(&s3.store("again"), &out, None).unwrap();
+    let copy = Root::open_read_only(&out).unwrap();
+    let rev = revision(&root, "s0");
+    assert_eq!(revision(&copy, "s0"), rev);
+    assert_eq!(history(&copy, "s0", rev), history(&root, "s0", rev));
+}
+
+/// A Session whose log rolled (and whose directory has not changed for a while) is still
+/// followed: an append to its newest segment long after the roll is in the next round.
+#[test]
+fn an_append_long_after_a_roll_is_in_the_next_round() {
+    let Some(s3) = common::S3::start() else {
+        return;
+    };
+    let src = tempfile::tempdir().unwrap();
+    let root = small_segments(src.path());
+    create(&root, "s0");
+    let log = src.path().join("sessions/s0/log");
+    let has = |name: &str| log.join(name).exists();
+    let mut n = 0;
+    while !has("00000000000000000001.active") {
+        send(&root, "s0", n);
+        n += 1;
+    }
+    // The rolled segment is sealed in the background: wait for it.
+    for _ in 0..500 {
+        if has("00000000000000000000.sealed") {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(has("00000000000000000000.sealed"));
+    let mut r = Replicator::open(src.path(), s3.store("rolled")).unwrap();
+    assert!(r.round().unwrap().full);
+    // Past the time a log is looked at again whatever its files' times say.
+    std::thread::sleep(logbook_replica::RACY_MTIME + Duration::from_millis(500));
+    assert_eq!(r.round().unwrap().manifest, None, "nothing changed");
+    send(&root, "s0", n);
+    assert!(
+        !has("00000000000000000002.active"),
+        "the append did not roll"
+    );
+    let rep = r.round().unwrap();
+    assert!(rep.manifest.is_some(), "{rep:?}");
+    let dest = tempfile::tempdir().unwrap();
+    let out = dest.path().join("r");
+    restore(&s3.store("rolled"), &out, None).unwrap();
+    let copy = Root::open_read_only(&out).unwrap();
+    assert_eq!(revision(&copy, "s0"), revision(&root, "s0"));
+}
+
 /// A replica with sealed segments, chunks, blobs and a delta manifest.
 fn replica(s3: &common::S3, prefix: &str) -> (tempfile::TempDir, Root) {
     let src = tempfile::tempdir().unwrap();
