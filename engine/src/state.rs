@@ -336,9 +336,20 @@ impl State {
     /// directory), recording how long the row and receipt indexes were when it was taken, so
     /// an index found shorter on open is rebuilt rather than trusted.
     pub(crate) fn save_covering(&self, path: &Path, cover: Coverage) -> Result<(), EngineError> {
-        let encode_err = |e: postcard::Error| {
-            EngineError::corrupt(path, format!("cannot encode the state checkpoint: {e}"))
-        };
+        let bytes = self.encode_checkpoint(cover).map_err(|e| match e {
+            Encode::Postcard(e) => {
+                EngineError::corrupt(path, format!("cannot encode the state checkpoint: {e}"))
+            }
+            Encode::HeadTooLong => {
+                EngineError::corrupt(path, "the state checkpoint's head is over 4 GiB")
+            }
+            Encode::Maps(e) => e,
+        })?;
+        crate::fsutil::write_atomic(path, &bytes)
+    }
+
+    /// The checkpoint file's bytes (layout in the module documentation).
+    fn encode_checkpoint(&self, cover: Coverage) -> Result<Vec<u8>, Encode> {
         let head = postcard::to_allocvec(&(
             self.revision,
             &self.titles,
@@ -346,19 +357,19 @@ impl State {
             &self.parent,
             cover,
         ))
-        .map_err(encode_err)?;
+        .map_err(Encode::Postcard)?;
         let encoded;
         let (maps, maps_crc): (&[u8], u32) = match (self.maps.maps.get(), &self.maps.encoded) {
             // Never decoded since it was loaded: the same bytes again, with the CRC they were
             // written with (unchecked bytes are carried, never vouched for).
             (None, Some(e)) => (e.bytes(), e.crc),
             _ => {
-                encoded = postcard::to_allocvec(self.maps()?).map_err(encode_err)?;
+                encoded = postcard::to_allocvec(self.maps().map_err(Encode::Maps)?)
+                    .map_err(Encode::Postcard)?;
                 (&encoded, crc32fast::hash(&encoded))
             }
         };
-        let head_len = u32::try_from(head.len())
-            .map_err(|_| EngineError::corrupt(path, "the state checkpoint's head is over 4 GiB"))?;
+        let head_len = u32::try_from(head.len()).map_err(|_| Encode::HeadTooLong)?;
         let payload_len = (head.len() + maps.len()) as u64;
         let mut bytes = Vec::with_capacity(CHECKPOINT_HEADER_BYTES + head.len() + maps.len() + 8);
         bytes.extend_from_slice(&CHECKPOINT_MAGIC);
@@ -371,7 +382,7 @@ impl State {
         bytes.extend_from_slice(maps);
         bytes.extend_from_slice(&head_crc.to_le_bytes());
         bytes.extend_from_slice(&maps_crc.to_le_bytes());
-        crate::fsutil::write_atomic(path, &bytes)
+        Ok(bytes)
     }
 
     /// Loads a checkpoint; `None` when it is absent, damaged or of another version (then the
@@ -392,30 +403,8 @@ impl State {
     ) -> Option<(State, Coverage)> {
         // Mapped, not read: a copy of a large checkpoint was most of a large Session's open.
         let file = Arc::new(logbook_log::io::map_replaced_file(path).ok()??);
-        let bytes: &[u8] = &file;
-        let word = |at: usize| -> Option<[u8; 8]> { bytes.get(at..at + 8)?.try_into().ok() };
-        let half = |at: usize| -> Option<u32> {
-            Some(u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
-        };
-        if word(0)? != CHECKPOINT_MAGIC || half(8)? != CHECKPOINT_FORMAT_VERSION {
-            return None;
-        }
-        let head_len = half(12)? as usize;
-        let covered = u64::from_le_bytes(word(16)?);
-        let payload_len = u64::from_le_bytes(word(24)?);
-        if payload_len > CHECKPOINT_PAYLOAD_BYTES_MAX
-            || head_len as u64 > payload_len
-            || (bytes.len() as u64) != CHECKPOINT_HEADER_BYTES as u64 + payload_len + 8
-        {
-            return None;
-        }
-        let maps_at = CHECKPOINT_HEADER_BYTES + head_len;
-        let end = bytes.len() - 8;
-        if crc32fast::hash(&bytes[..maps_at]) != half(end)? {
-            return None;
-        }
-        let head: Head = postcard::from_bytes(&bytes[CHECKPOINT_HEADER_BYTES..maps_at]).ok()?;
-        let (revision, titles, first_line, parent, cover) = head;
+        let parsed = parse_checkpoint(&file)?;
+        let (revision, titles, first_line, parent, cover) = parsed.head;
         let state = State {
             revision,
             titles,
@@ -424,9 +413,9 @@ impl State {
             maps: LazyMaps {
                 maps: OnceLock::new(),
                 encoded: Some(Encoded {
-                    crc: half(end + 4)?,
+                    crc: parsed.maps_crc,
                     file: Arc::clone(&file),
-                    range: maps_at..end,
+                    range: parsed.maps,
                     path: path.into(),
                     damaged: Arc::clone(damaged),
                 }),
@@ -435,14 +424,117 @@ impl State {
         if maps_now && state.maps.get().is_none() {
             return None;
         }
-        (state.revision == covered).then_some((state, cover))
+        (state.revision == parsed.covered).then_some((state, cover))
     }
+}
+
+/// Why a state could not be encoded.
+enum Encode {
+    Postcard(postcard::Error),
+    HeadTooLong,
+    /// The maps were found damaged.
+    Maps(EngineError),
+}
+
+/// A checkpoint file's bytes whose header and head passed their CRC: the head decoded, and
+/// where the maps are with the CRC they must match.
+struct Parsed {
+    head: Head,
+    covered: u64,
+    maps: std::ops::Range<usize>,
+    maps_crc: u32,
+}
+
+/// Checks a checkpoint's header and head (magic, version, lengths, their CRC) and decodes the
+/// head; `None` when any of it is wrong. The maps are not read.
+fn parse_checkpoint(bytes: &[u8]) -> Option<Parsed> {
+    let word = |at: usize| -> Option<[u8; 8]> { bytes.get(at..at + 8)?.try_into().ok() };
+    let half = |at: usize| -> Option<u32> {
+        Some(u32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
+    };
+    if word(0)? != CHECKPOINT_MAGIC || half(8)? != CHECKPOINT_FORMAT_VERSION {
+        return None;
+    }
+    let head_len = half(12)? as usize;
+    let covered = u64::from_le_bytes(word(16)?);
+    let payload_len = u64::from_le_bytes(word(24)?);
+    if payload_len > CHECKPOINT_PAYLOAD_BYTES_MAX
+        || head_len as u64 > payload_len
+        || (bytes.len() as u64) != CHECKPOINT_HEADER_BYTES as u64 + payload_len + 8
+    {
+        return None;
+    }
+    let maps_at = CHECKPOINT_HEADER_BYTES + head_len;
+    let end = bytes.len() - 8;
+    if crc32fast::hash(&bytes[..maps_at]) != half(end)? {
+        return None;
+    }
+    Some(Parsed {
+        head: postcard::from_bytes(&bytes[CHECKPOINT_HEADER_BYTES..maps_at]).ok()?,
+        covered,
+        maps: maps_at..end,
+        maps_crc: half(end + 4)?,
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::event::{TurnSettled, UserMessage};
+
+    /// The bytes alone (no file, no map: this one runs under miri): every flipped byte is
+    /// refused by the head's check or by the maps' CRC, every truncation by the lengths.
+    #[test]
+    fn checkpoint_bytes_round_trip_and_damage() {
+        let mut s = State::default();
+        s.apply(
+            1,
+            &Event::UserMessage(UserMessage {
+                invocation: "i".into(),
+                text: "first line\nsecond".into(),
+                attachments: vec![],
+            }),
+        );
+        s.apply(
+            2,
+            &Event::TurnSettled(TurnSettled {
+                invocation: "i".into(),
+                outcome: crate::event::Outcome::Failed,
+            }),
+        );
+        let cover = Coverage {
+            rows: 3,
+            receipts: 1,
+        };
+        let good = s.encode_checkpoint(cover).ok().expect("encodes");
+        let maps_ok = |b: &[u8], p: &Parsed| {
+            let m = &b[p.maps.clone()];
+            crc32fast::hash(m) == p.maps_crc && postcard::from_bytes::<Maps>(m).is_ok()
+        };
+        let p = parse_checkpoint(&good).expect("parses");
+        assert_eq!((p.covered, p.head.0, p.head.4), (2, 2, cover));
+        assert_eq!(p.head.2, Some((1, "first line".to_owned())));
+        assert!(maps_ok(&good, &p));
+        assert_eq!(
+            postcard::from_bytes::<Maps>(&good[p.maps.clone()])
+                .ok()
+                .as_ref(),
+            s.maps().ok()
+        );
+        for i in 0..good.len() {
+            let mut bad = good.clone();
+            bad[i] ^= 0x20;
+            if let Some(p) = parse_checkpoint(&bad) {
+                assert!(!maps_ok(&bad, &p), "flipped byte {i} accepted");
+            }
+        }
+        for len in 0..good.len() {
+            assert!(
+                parse_checkpoint(&good[..len]).is_none(),
+                "cut to {len} accepted"
+            );
+        }
+    }
 
     #[test]
     fn checkpoint_round_trip_and_damage() {
