@@ -164,6 +164,9 @@ pub struct Replicator {
     registered: Vec<Registration>,
     seen: HashMap<String, Seen>,
     handles: HashMap<String, (Arc<Log>, u64)>,
+    /// [`open_logs_budget`], taken once: the most log handles kept open, and the most a
+    /// round's planned uploads may hold before they run.
+    handles_max: usize,
     uses: u64,
     folders: HashMap<PathBuf, SystemTime>,
     /// Objects of interrupted rounds, by what they are, with their full names and lengths.
@@ -233,6 +236,7 @@ impl Replicator {
             registered: Vec::new(),
             seen: HashMap::new(),
             handles: HashMap::new(),
+            handles_max: open_logs_budget(),
             uses: 0,
             folders: HashMap::new(),
             orphans: HashMap::new(),
@@ -350,7 +354,7 @@ impl Replicator {
                 batch.looked.push((path, before));
                 // 3a. Upload now when the planned jobs hold as many logs open as the handle
                 // cache: a first round over many Sessions would otherwise hold them all.
-                if batch.handles >= open_logs_budget() {
+                if batch.handles >= self.handles_max {
                     self.run_batch(round, std::mem::take(&mut batch), &mut report)?;
                 }
             }
@@ -450,7 +454,7 @@ impl Replicator {
             LogConfig::default(),
             mark,
         )?);
-        if self.handles.len() >= open_logs_budget() {
+        if self.handles.len() >= self.handles_max {
             if let Some(oldest) = (self.handles.iter())
                 .min_by_key(|(_, (_, used))| *used)
                 .map(|(k, _)| k.clone())

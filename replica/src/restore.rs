@@ -324,8 +324,9 @@ impl Dirs {
 
 /// Syncs a directory, so the entries made in it are durable.
 fn sync_dir(dir: &Path) -> Result<(), ReplicaError> {
-    File::open(dir)
-        .and_then(|f| f.sync_all())
+    use logbook_log::io::FileSystem as _;
+    logbook_log::io::RealFs
+        .sync_dir(dir)
         .map_err(|e| ReplicaError::local(dir, "sync", e))
 }
 
