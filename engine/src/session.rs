@@ -172,6 +172,18 @@ impl Base {
     }
 }
 
+/// Removes Session `dir`'s state checkpoint, so its next open rebuilds the state and the
+/// indexes from the log (the checkpoint is derived); one already gone is fine.
+fn remove_checkpoint(dir: &Path) -> Result<(), EngineError> {
+    let ckpt = dir.join("state.ckpt");
+    match std::fs::remove_file(&ckpt) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(EngineError::io(&ckpt, "remove a stale checkpoint", e))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// The derived, lock-protected part of a Session.
 ///
 /// `seq` and `rows` hold this Session's own entries: for a layered fork (`base` set) entry
@@ -829,12 +841,7 @@ impl Session {
             // The replayed tail needed the checkpoint's maps and found them damaged: the state
             // and the indexes are rebuilt from the whole log instead, as with no checkpoint.
             session.damaged.store(false, Ordering::Release);
-            let ckpt = dir.join("state.ckpt");
-            if let Err(e) = std::fs::remove_file(&ckpt) {
-                if e.kind() != std::io::ErrorKind::NotFound {
-                    return Err(EngineError::io(&ckpt, "remove a damaged checkpoint", e));
-                }
-            }
+            remove_checkpoint(dir)?;
             session.write().start_over()?;
             session.replay_tail(None)?;
         }
@@ -1167,12 +1174,7 @@ impl Session {
             // No sync is under way (the sync lock was taken above) and none starts on a
             // damaged Session, so no checkpoint can come back after this: the next open
             // rebuilds every index from the log.
-            let ckpt = self.dir.join("state.ckpt");
-            match std::fs::remove_file(&ckpt) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(EngineError::io(&ckpt, "remove a stale checkpoint", e)),
-            }
+            remove_checkpoint(&self.dir)?;
         }
         Ok(())
     }
@@ -1487,7 +1489,7 @@ impl Session {
     fn damaged_index(&self, sequence: u64, loc: Location, why: &str) -> EngineError {
         let index = self.dir.join("seq.idx");
         self.damaged.store(true, Ordering::Release);
-        let _ = std::fs::remove_file(self.dir.join("state.ckpt"));
+        let _ = remove_checkpoint(&self.dir);
         EngineError::corrupt(
             &index,
             format!(

@@ -107,9 +107,7 @@ impl Encoded {
 
     /// The decoded maps; `None` (and the damage reported) when the bytes fail their CRC.
     fn decode(&self) -> Option<Maps> {
-        let maps = (crc32fast::hash(self.bytes()) == self.crc)
-            .then(|| postcard::from_bytes(self.bytes()).ok())
-            .flatten();
+        let maps = decode_maps(self.bytes(), self.crc);
         if maps.is_none() {
             self.damaged.store(true, Ordering::Release);
         }
@@ -336,20 +334,14 @@ impl State {
     /// directory), recording how long the row and receipt indexes were when it was taken, so
     /// an index found shorter on open is rebuilt rather than trusted.
     pub(crate) fn save_covering(&self, path: &Path, cover: Coverage) -> Result<(), EngineError> {
-        let bytes = self.encode_checkpoint(cover).map_err(|e| match e {
-            Encode::Postcard(e) => {
-                EngineError::corrupt(path, format!("cannot encode the state checkpoint: {e}"))
-            }
-            Encode::HeadTooLong => {
-                EngineError::corrupt(path, "the state checkpoint's head is over 4 GiB")
-            }
-            Encode::Maps(e) => e,
-        })?;
-        crate::fsutil::write_atomic(path, &bytes)
+        crate::fsutil::write_atomic(path, &self.encode_checkpoint(path, cover)?)
     }
 
-    /// The checkpoint file's bytes (layout in the module documentation).
-    fn encode_checkpoint(&self, cover: Coverage) -> Result<Vec<u8>, Encode> {
+    /// The bytes of checkpoint file `path` (layout in the module documentation).
+    fn encode_checkpoint(&self, path: &Path, cover: Coverage) -> Result<Vec<u8>, EngineError> {
+        let encode_err = |e: postcard::Error| {
+            EngineError::corrupt(path, format!("cannot encode the state checkpoint: {e}"))
+        };
         let head = postcard::to_allocvec(&(
             self.revision,
             &self.titles,
@@ -357,19 +349,19 @@ impl State {
             &self.parent,
             cover,
         ))
-        .map_err(Encode::Postcard)?;
+        .map_err(encode_err)?;
         let encoded;
         let (maps, maps_crc): (&[u8], u32) = match (self.maps.maps.get(), &self.maps.encoded) {
             // Never decoded since it was loaded: the same bytes again, with the CRC they were
             // written with (unchecked bytes are carried, never vouched for).
             (None, Some(e)) => (e.bytes(), e.crc),
             _ => {
-                encoded = postcard::to_allocvec(self.maps().map_err(Encode::Maps)?)
-                    .map_err(Encode::Postcard)?;
+                encoded = postcard::to_allocvec(self.maps()?).map_err(encode_err)?;
                 (&encoded, crc32fast::hash(&encoded))
             }
         };
-        let head_len = u32::try_from(head.len()).map_err(|_| Encode::HeadTooLong)?;
+        let head_len = u32::try_from(head.len())
+            .map_err(|_| EngineError::corrupt(path, "the state checkpoint's head is over 4 GiB"))?;
         let payload_len = (head.len() + maps.len()) as u64;
         let mut bytes = Vec::with_capacity(CHECKPOINT_HEADER_BYTES + head.len() + maps.len() + 8);
         bytes.extend_from_slice(&CHECKPOINT_MAGIC);
@@ -428,14 +420,6 @@ impl State {
     }
 }
 
-/// Why a state could not be encoded.
-enum Encode {
-    Postcard(postcard::Error),
-    HeadTooLong,
-    /// The maps were found damaged.
-    Maps(EngineError),
-}
-
 /// A checkpoint file's bytes whose header and head passed their CRC: the head decoded, and
 /// where the maps are with the CRC they must match.
 struct Parsed {
@@ -443,6 +427,13 @@ struct Parsed {
     covered: u64,
     maps: std::ops::Range<usize>,
     maps_crc: u32,
+}
+
+/// A checkpoint's maps from their bytes, when those match `crc` and decode.
+fn decode_maps(bytes: &[u8], crc: u32) -> Option<Maps> {
+    (crc32fast::hash(bytes) == crc)
+        .then(|| postcard::from_bytes(bytes).ok())
+        .flatten()
 }
 
 /// Checks a checkpoint's header and head (magic, version, lengths, their CRC) and decodes the
@@ -506,19 +497,15 @@ mod tests {
             rows: 3,
             receipts: 1,
         };
-        let good = s.encode_checkpoint(cover).ok().expect("encodes");
-        let maps_ok = |b: &[u8], p: &Parsed| {
-            let m = &b[p.maps.clone()];
-            crc32fast::hash(m) == p.maps_crc && postcard::from_bytes::<Maps>(m).is_ok()
-        };
+        let good = s
+            .encode_checkpoint(Path::new("state.ckpt"), cover)
+            .expect("encodes");
+        let maps_ok = |b: &[u8], p: &Parsed| decode_maps(&b[p.maps.clone()], p.maps_crc).is_some();
         let p = parse_checkpoint(&good).expect("parses");
         assert_eq!((p.covered, p.head.0, p.head.4), (2, 2, cover));
         assert_eq!(p.head.2, Some((1, "first line".to_owned())));
-        assert!(maps_ok(&good, &p));
         assert_eq!(
-            postcard::from_bytes::<Maps>(&good[p.maps.clone()])
-                .ok()
-                .as_ref(),
+            decode_maps(&good[p.maps.clone()], p.maps_crc).as_ref(),
             s.maps().ok()
         );
         for i in 0..good.len() {
