@@ -19,11 +19,13 @@
 //! `LOGBOOK_CRASH_CYCLES` sets the number of kills (default 60; the limited run does half),
 //! `LOGBOOK_CRASH_SEED` replays a run; the seed is printed first.
 
+mod common;
+
 use std::collections::{BTreeMap, HashMap};
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
@@ -128,21 +130,10 @@ impl Server {
             .spawn()
             .expect("spawn logbook serve");
         let stdout = child.stdout.take().expect("piped stdout");
-        let (tx, rx) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                let value: Value = serde_json::from_str(&line)
-                    .unwrap_or_else(|e| panic!("answer is not JSON ({e}): {line}"));
-                if tx.send(value).is_err() {
-                    break;
-                }
-            }
-        });
         Server {
             stdin: child.stdin.take(),
             child,
-            lines: rx,
+            lines: common::json_lines(stdout, "server"),
             pending: HashMap::new(),
             next_id: 1,
         }

@@ -18,11 +18,11 @@ use logbook_engine::{
 };
 use logbook_replica::store::REQUESTS_IN_FLIGHT;
 use serde_json::Value;
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::mpsc::{channel, Receiver};
+use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -208,21 +208,9 @@ impl Replicating {
         let fds = FdWatch::start(child.id());
         let out = child.stdout.take().unwrap();
         let stderr = drain(child.stderr.take().unwrap());
-        let (tx, rx) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines() {
-                let Ok(line) = line else { break };
-                let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| {
-                    panic!("replicate wrote a line that is not JSON ({e}): {line}")
-                });
-                if tx.send(v).is_err() {
-                    break;
-                }
-            }
-        });
         Replicating {
             child,
-            rounds: rx,
+            rounds: json_lines(out, "replicate"),
             stderr,
             fds,
         }

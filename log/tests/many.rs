@@ -33,10 +33,12 @@ fn disk_bytes(dir: &Path) -> u64 {
         .sum()
 }
 
+fn active_path(dir: &Path, n: u64) -> std::path::PathBuf {
+    dir.join(format!("{n:020}.active"))
+}
+
 fn active_len(dir: &Path, n: u64) -> u64 {
-    std::fs::metadata(dir.join(format!("{n:020}.active")))
-        .unwrap()
-        .len()
+    std::fs::metadata(active_path(dir, n)).unwrap().len()
 }
 
 /// Threads of this process named like the log's sealers.
@@ -168,7 +170,7 @@ fn giving_the_zeros_back_keeps_the_time_of_the_last_append() {
     log.append(&rec(b"the last append")).unwrap();
     let end = log.end();
     assert!(active_len(&d, 0) > end.offset, "a zero region is ahead");
-    let path = d.join(format!("{:020}.active", 0));
+    let path = active_path(&d, 0);
     let written = std::fs::metadata(&path).unwrap().modified().unwrap();
     std::thread::sleep(Duration::from_millis(30));
     drop(log);

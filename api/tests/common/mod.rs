@@ -75,22 +75,10 @@ impl Server {
             .expect("spawn logbook serve");
         let stdout = child.stdout.take().expect("piped stdout");
         let stdin = child.stdin.take();
-        let (tx, rx) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                let value: Value = serde_json::from_str(&line).unwrap_or_else(|e| {
-                    panic!("server wrote a line that is not JSON ({e}): {line}")
-                });
-                if tx.send(value).is_err() {
-                    break;
-                }
-            }
-        });
         Server {
             child,
             stdin,
-            lines: rx,
+            lines: json_lines(stdout, "server"),
             pending: Vec::new(),
             next_id: 1,
         }
@@ -229,4 +217,21 @@ pub fn counts_by_id(lines: &[Value]) -> HashMap<String, usize> {
         *m.entry(l["id"].to_string()).or_insert(0) += 1;
     }
     m
+}
+
+/// The JSON values a child writes one per line on `out`, read by a thread of their own (a line
+/// that is not JSON panics there, naming `who`); the channel ends with the output.
+pub fn json_lines(out: impl std::io::Read + Send + 'static, who: &'static str) -> Receiver<Value> {
+    let (tx, rx) = channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            let value: Value = serde_json::from_str(&line)
+                .unwrap_or_else(|e| panic!("{who} wrote a line that is not JSON ({e}): {line}"));
+            if tx.send(value).is_err() {
+                break;
+            }
+        }
+    });
+    rx
 }
