@@ -9,7 +9,8 @@
 //! Rows are ingested through the engine (user rows as `userMessage`, the others as
 //! assistant `modelCompletion`s, one append per run of 256 events, no fsync), the Root is
 //! closed and reopened, and then the first `searchRoot` after the restart is timed once.
-//! `LOGBOOK_SEARCH_FTS5=0` skips the FTS5 peer.
+//! `LOGBOOK_SEARCH_FTS5=0` skips the FTS5 peer; `LOGBOOK_SEARCH_ROOT_KEEP=1` keeps each Root
+//! made (its folder is printed), to look at its files.
 //!
 //! Run: `cargo bench -p logbook-benches --bench search_root -- --warm-up-time 1 --measurement-time 3`
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -179,19 +180,6 @@ fn hits(root: &Root, q: &str, want: usize, limit: u32) -> (usize, usize) {
     }
 }
 
-fn dir_bytes(p: &Path) -> u64 {
-    let mut total = 0;
-    for e in std::fs::read_dir(p).unwrap().flatten() {
-        let m = e.metadata().unwrap();
-        total += if m.is_dir() {
-            dir_bytes(&e.path())
-        } else {
-            m.len()
-        };
-    }
-    total
-}
-
 struct Fts {
     conn: rusqlite::Connection,
     _dir: tempfile::TempDir,
@@ -274,15 +262,26 @@ fn bench(c: &mut Criterion) {
     for layout_name in layouts.split(',') {
         let n = layout_name.parse::<usize>().ok();
         let groups = layout(&rows, n);
-        let dir = tempfile::tempdir().unwrap();
+        let mut dir = tempfile::tempdir().unwrap();
+        if std::env::var_os("LOGBOOK_SEARCH_ROOT_KEEP").is_some() {
+            eprintln!("search/root: the Root is kept at {}", dir.path().display());
+            dir.disable_cleanup(true);
+        }
         let (took, just_after) = ingest(dir.path(), &groups);
-        let bytes = dir_bytes(dir.path());
+        let bytes: u64 = logbook_benches::bytes_by_kind(dir.path())
+            .iter()
+            .map(|k| k.1)
+            .sum();
         let case = format!("{label}/{}sessions", groups.len());
         eprintln!(
             "search/root {case}: ingest {:.1} MB/s ({:.1} s); Root on disk {:.2}x the text",
             text_bytes as f64 / 1e6 / took.as_secs_f64(),
             took.as_secs_f64(),
             bytes as f64 / text_bytes as f64
+        );
+        eprintln!(
+            "search/root {case}: by kind: {}",
+            logbook_benches::bytes_by_kind_line(dir.path(), text_bytes)
         );
         let t = Instant::now();
         let root = Root::open_with(dir.path(), options()).unwrap();

@@ -44,3 +44,41 @@ pub fn corpus_missing(path: &Path, e: &dyn std::fmt::Display) -> String {
 pub fn read_corpus(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}", corpus_missing(path, &e)))
 }
+
+/// Bytes of every file under `dir` (their lengths, not allocated blocks), summed by kind: the
+/// file's extension, or its whole name when it has none (`seq.idx` counts as `idx`, a log
+/// segment `00000000.sealed` as `sealed`), largest first.
+pub fn bytes_by_kind(dir: &Path) -> Vec<(String, u64)> {
+    fn walk(dir: &Path, out: &mut std::collections::BTreeMap<String, u64>) {
+        for e in std::fs::read_dir(dir)
+            .expect("list a bench folder")
+            .flatten()
+        {
+            let m = e.metadata().expect("stat a bench file");
+            if m.is_dir() {
+                walk(&e.path(), out);
+                continue;
+            }
+            let name = e.file_name().to_string_lossy().into_owned();
+            let kind = match name.rsplit_once('.') {
+                Some((_, ext)) if !ext.is_empty() => ext.to_owned(),
+                _ => name,
+            };
+            *out.entry(kind).or_default() += m.len();
+        }
+    }
+    let mut out = std::collections::BTreeMap::new();
+    walk(dir, &mut out);
+    let mut v: Vec<(String, u64)> = out.into_iter().collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1));
+    v
+}
+
+/// [`bytes_by_kind`] as one line: each kind's bytes over `text_bytes`, e.g. `sealed 0.31x`.
+pub fn bytes_by_kind_line(dir: &Path, text_bytes: u64) -> String {
+    bytes_by_kind(dir)
+        .iter()
+        .map(|(k, b)| format!("{k} {:.3}x", *b as f64 / text_bytes.max(1) as f64))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
