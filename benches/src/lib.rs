@@ -70,7 +70,7 @@ pub fn bytes_by_kind(dir: &Path) -> Vec<(String, u64)> {
     let mut out = std::collections::BTreeMap::new();
     walk(dir, &mut out);
     let mut v: Vec<(String, u64)> = out.into_iter().collect();
-    v.sort_by(|a, b| b.1.cmp(&a.1));
+    v.sort_by_key(|k| std::cmp::Reverse(k.1));
     v
 }
 

@@ -332,12 +332,15 @@ fn times_from_files(log_dir: &Path) -> (u64, u64) {
         .find(|(n, m)| !(n.to_string_lossy().ends_with(".active") && m.len() <= 32))
         .map(|(_, m)| m)
         .or_else(|| meta(names.last()));
+    // A sealed segment's file is made when it is sealed (maybe at a close long after its
+    // appends), or a copy's when it is copied: its birth is no earlier than its time, which
+    // the log keeps from the segment's last append. The earlier of the two is the Session's
+    // creation or later, and never after its last activity.
     let created = first.map_or(0, |m| {
-        let c = ms_of(m.created());
-        if c != 0 {
-            c
-        } else {
-            ms_of(m.modified())
+        let (born, modified) = (ms_of(m.created()), ms_of(m.modified()));
+        match (born, modified) {
+            (0, t) | (t, 0) => t,
+            (b, t) => b.min(t),
         }
     });
     let modified = last.map_or(0, |m| ms_of(m.modified()));

@@ -489,8 +489,9 @@ pub(crate) struct Closing {
 /// segment from which closing the Session (by the open-Session cache or the Root's close) has
 /// the segment sealed, that is compressed, in the
 /// background (see `Log::seal_when_closed`): an idle Session then costs its compressed size
-/// on disk. Below it the few blocks compression would save are not worth a sealed segment.
-pub const SEAL_ON_CLOSE_BYTES_MIN: u64 = 16 << 10;
+/// on disk. Below it the segment fits in the one file-system block its file takes anyway.
+/// (It was 16 KiB: a Root of 10-row Sessions then kept most of its text uncompressed.)
+pub const SEAL_ON_CLOSE_BYTES_MIN: u64 = 4 << 10;
 
 /// Largest newest log segment (logical bytes) that closing a Session seals: a larger one
 /// belongs to a large Session that is read and written a lot; it stays as it is until it

@@ -131,7 +131,7 @@ fn a_damaged_session_is_listed_as_damaged_and_verify_reports_every_damage() {
     let tmp = tempfile::tempdir().expect("tmp");
     let dir = tmp.path().join("root");
     {
-        let root = root_at(&dir);
+        let root = root_at_unsealed(&dir);
         for id in ["m", "n", "o"] {
             one_big_append(&root, id, 50);
         }

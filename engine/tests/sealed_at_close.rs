@@ -221,3 +221,59 @@ fn a_large_newest_segment_is_left_to_roll() {
         "the newest row"
     );
 }
+
+/// Sessions newest activity first: (id, last activity).
+fn by_activity(root: &Root) -> Vec<(String, u64)> {
+    root.sessions_page(SessionsParams {
+        after: None,
+        limit: None,
+        workspace: None,
+        order: Some(SessionOrder::LastActivity),
+    })
+    .expect("sessions")
+    .sessions
+    .iter()
+    .map(|s| (s.session_id.clone(), s.last_activity_at))
+    .collect()
+}
+
+/// A Session whose only segment was sealed at close keeps the time of its last append as its
+/// last activity for a reader beside the writer, and in a copy of the Root (where every file
+/// is born at the copy): the sealed file is made long after the appends, and its birth is not
+/// the Session's activity. (A reader listed the Session sealed at close as the newest.)
+#[test]
+fn a_reader_lists_a_session_sealed_at_close_by_its_last_append() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("r");
+    // Ids in the other order than their activity, so an order by id cannot pass for it.
+    let writer_times = {
+        let root = root_at(&dir);
+        create(&root, "a-older");
+        create(&root, "b-newer");
+        for i in 0..8 {
+            send(&root, "a-older", i);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(60));
+        send(&root, "b-newer", 100);
+        by_activity(&root)
+    };
+    assert_eq!(writer_times[0].0, "b-newer");
+    assert_eq!(
+        log_files(&dir, "a-older"),
+        vec!["00000000000000000000.sealed".to_owned()],
+        "the close sealed the older Session's segment"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(60));
+    let copy = tmp.path().join("copy");
+    let status = std::process::Command::new("cp")
+        .args(["-a"])
+        .arg(&dir)
+        .arg(&copy)
+        .status()
+        .expect("cp");
+    assert!(status.success());
+    for at in [&dir, &copy] {
+        let reader = Root::open_read_only(at).expect("reader");
+        assert_eq!(by_activity(&reader), writer_times, "{}", at.display());
+    }
+}

@@ -996,6 +996,8 @@ fn a_saved_tail_is_read_back_checked_and_extended() {
     let open = |tasks: &std::sync::Arc<Tasks>| {
         let options = RootOptions {
             search_tail_save_pairs_min: 0,
+            // The tail is saved as a tail, not as the postings of a segment sealed at close.
+            seal_on_close_bytes_min: u64::MAX,
             progress: ProgressSink::new(tasks.clone()),
             ..options(1 << 30)
         };
@@ -1038,13 +1040,16 @@ fn a_saved_tail_is_read_back_checked_and_extended() {
     assert_eq!(again.len(), 1, "{again:?}");
     assert_ne!(again, saved, "the newer tail replaced the older one");
 
-    // Damaged lists (the first half of the data; the doc list at its end intact): a lookup
-    // that meets one checks those rows one by one instead (answers unchanged) and deletes
-    // the file, and the next search rebuilds the tail from the log.
+    // Damaged lists (the first half of the data and the directory records; the header and
+    // the chunk table intact, so the file opens): a lookup that meets one checks those rows
+    // one by one instead (answers unchanged) and deletes the file, and the next search
+    // rebuilds the tail from the log.
     let mut bytes = std::fs::read(&again[0]).unwrap();
-    // The data region follows the 64-byte header; its length is the u64 at 40.
-    let data = u64::from_le_bytes(bytes[40..48].try_into().unwrap()) as usize;
-    for b in &mut bytes[64..64 + data / 2] {
+    // Header 64 bytes; lists (data, then records) up to the chunk table of 12 bytes per 64
+    // lists (the list count is the u32 at 36) at the end.
+    let lists = u32::from_le_bytes(bytes[36..40].try_into().unwrap()) as usize;
+    let lists_end = bytes.len() - lists.div_ceil(64) * 12;
+    for b in &mut bytes[64..64 + (lists_end - 64) / 2] {
         *b ^= 0x10;
     }
     std::fs::write(&again[0], &bytes).unwrap();

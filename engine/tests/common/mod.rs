@@ -6,6 +6,20 @@ pub fn root_at(dir: &Path) -> Root {
     Root::open_or_init(dir).expect("open root")
 }
 
+/// A Root whose closes leave every Session's newest log segment active (not sealed), for
+/// tests that damage or cut it after the close.
+#[allow(dead_code)]
+pub fn root_at_unsealed(dir: &Path) -> Root {
+    Root::open_or_init_with(
+        dir,
+        RootOptions {
+            seal_on_close_bytes_min: u64::MAX,
+            ..RootOptions::default()
+        },
+    )
+    .expect("open root")
+}
+
 pub fn create(root: &Root, id: &str) -> String {
     root.create_session(CreateSessionParams {
         session_id: Some(id.into()),

@@ -4,7 +4,8 @@
 //! `u_i = doc_i - doc_0` for i in 1..n (so 1 <= u_1 < u_2 < ...):
 //!
 //! ```text
-//! crc32 u32 LE   CRC-32 of (key u32 LE, block index u32 LE, the bytes below)
+//! crc32 u32 LE   CRC-32 of (key u32 LE, block index u32 LE, the bytes below); only in
+//!                blocks of long lists, the body alone when inline in the directory
 //! mode u8        0..=31: Elias-Fano with `mode` low bits; 0x20 + w (w 0..=32): packed
 //!                with width w; 0x80: bitmap
 //! first varint   doc_0 (LEB128, at most 5 bytes)
@@ -34,8 +35,8 @@ const VARINT_BYTES_MAX: usize = 5;
 const PACKED_MODE: u8 = 0x20;
 /// Mode byte of a bitmap block.
 const BITMAP_MODE: u8 = 0x80;
-/// Bytes before the first doc's varint: checksum and mode.
-const BLOCK_HEAD_BYTES: usize = 5;
+/// Bytes of a block's checksum, before its body.
+const CRC_BYTES: usize = 4;
 
 /// Why a block could not be decoded (the caller adds path and offset).
 #[derive(Debug, PartialEq, Eq)]
@@ -159,8 +160,20 @@ fn put_set_bits(out: &mut Vec<u8>, last: u64, positions: impl Iterator<Item = u6
     }
 }
 
-/// Appends one block holding `docs` (ascending, strictly; 1..=BLOCK_POSTINGS).
+/// Appends one block holding `docs` (ascending, strictly; 1..=BLOCK_POSTINGS): its
+/// checksum, then its body ([`encode_block_body`]).
 pub(crate) fn encode_block(out: &mut Vec<u8>, key: u32, index: u32, docs: &[u32]) {
+    let crc_at = out.len();
+    out.extend_from_slice(&[0; 4]);
+    let body = out.len();
+    encode_block_body(out, docs);
+    let crc = block_crc(key, index, &out[body..]);
+    out[crc_at..body].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// Appends the body of a block holding `docs` (ascending, strictly; 1..=BLOCK_POSTINGS):
+/// mode, first doc and the rest, with no checksum of its own (the caller's covers it).
+pub(crate) fn encode_block_body(out: &mut Vec<u8>, docs: &[u32]) {
     debug_assert!(
         !docs.is_empty() && docs.len() <= BLOCK_POSTINGS as usize,
         "block size out of range"
@@ -169,9 +182,6 @@ pub(crate) fn encode_block(out: &mut Vec<u8>, key: u32, index: u32, docs: &[u32]
         docs.windows(2).all(|w| w[0] < w[1]),
         "block docs must ascend strictly"
     );
-    let crc_at = out.len();
-    out.extend_from_slice(&[0; 4]);
-    let body = out.len();
     let first = docs[0];
     let m = (docs.len() - 1) as u64;
     let max = u64::from(docs[docs.len() - 1] - first);
@@ -226,8 +236,6 @@ pub(crate) fn encode_block(out: &mut Vec<u8>, key: u32, index: u32, docs: &[u32]
                 .map(|(i, &d)| (u64::from(d - first) >> l) + i as u64),
         );
     }
-    let crc = block_crc(key, index, &out[body..]);
-    out[crc_at..body].copy_from_slice(&crc.to_le_bytes());
 }
 
 /// Calls `f(position)` for the first `count` set bits of `b` (LSB first); returns
@@ -251,8 +259,8 @@ fn set_bits(b: &[u8], count: usize, mut f: impl FnMut(u64)) -> Result<usize, Blo
     Err(BlockFault::Truncated)
 }
 
-/// Decodes the block of `n` docs at the start of `b` into `out` (cleared first);
-/// returns the block's length in bytes.
+/// Decodes the block of `n` docs at the start of `b` into `out` (cleared first), checking
+/// its checksum; returns the block's length in bytes.
 pub(crate) fn decode_block(
     b: &[u8],
     key: u32,
@@ -260,24 +268,61 @@ pub(crate) fn decode_block(
     n: u32,
     out: &mut Vec<u32>,
 ) -> Result<usize, BlockFault> {
-    debug_assert!((1..=BLOCK_POSTINGS).contains(&n), "block size out of range");
-    out.clear();
-    if b.len() < BLOCK_HEAD_BYTES {
+    if b.len() < CRC_BYTES {
+        out.clear();
         return Err(BlockFault::Truncated);
     }
-    let expected = u32::from_le_bytes(b[0..4].try_into().expect("4 bytes"));
-    let mode = b[4];
+    let expected = u32::from_le_bytes(b[0..CRC_BYTES].try_into().expect("4 bytes"));
+    let (len, fault) = decode_body(&b[CRC_BYTES..], n, out)?;
+    // A fault in the values is reported after the checksum: damage reads as damage.
+    let got = block_crc(key, index, &b[CRC_BYTES..CRC_BYTES + len]);
+    if got != expected {
+        out.clear();
+        return Err(BlockFault::Checksum { expected, got });
+    }
+    if let Some(f) = fault {
+        out.clear();
+        return Err(f);
+    }
+    Ok(CRC_BYTES + len)
+}
+
+/// Decodes the block body of `n` docs at the start of `b` (written by
+/// [`encode_block_body`], already checked by the caller's checksum) into `out` (cleared
+/// first); returns the body's length in bytes.
+pub(crate) fn decode_block_body(b: &[u8], n: u32, out: &mut Vec<u32>) -> Result<usize, BlockFault> {
+    match decode_body(b, n, out)? {
+        (len, None) => Ok(len),
+        (_, Some(f)) => {
+            out.clear();
+            Err(f)
+        }
+    }
+}
+
+/// The body at the start of `b`: its length, and the first fault found in its values
+/// (left for the caller to report after its checksum). A body cut short is an error at once.
+fn decode_body(
+    b: &[u8],
+    n: u32,
+    out: &mut Vec<u32>,
+) -> Result<(usize, Option<BlockFault>), BlockFault> {
+    debug_assert!((1..=BLOCK_POSTINGS).contains(&n), "block size out of range");
+    out.clear();
+    let Some(&mode) = b.first() else {
+        return Err(BlockFault::Truncated);
+    };
     if mode > PACKED_MODE + 32 && mode != BITMAP_MODE {
         return Err(BlockFault::BadMode(mode));
     }
-    let head = &b[BLOCK_HEAD_BYTES..];
+    let head = &b[1..];
     let (first, used) = get_varint(head).ok_or(if head.len() < VARINT_BYTES_MAX {
         BlockFault::Truncated
     } else {
         BlockFault::BadVarint
     })?;
     let m = (n - 1) as usize;
-    let body = BLOCK_HEAD_BYTES + used;
+    let body = 1 + used;
     out.reserve(n as usize);
     out.push(first);
     // Offsets from `first`, as u64 so that damaged input cannot wrap.
@@ -290,7 +335,6 @@ pub(crate) fn decode_block(
         out.push(d);
         Ok(())
     };
-    // A fault in the values is reported after the checksum: damage reads as damage.
     let mut fault = None;
     let end = if (PACKED_MODE..=PACKED_MODE + 32).contains(&mode) {
         let width = u32::from(mode - PACKED_MODE);
@@ -338,16 +382,7 @@ pub(crate) fn decode_block(
         })?;
         high_at + len
     };
-    let got = block_crc(key, index, &b[4..end]);
-    if got != expected {
-        out.clear();
-        return Err(BlockFault::Checksum { expected, got });
-    }
-    if let Some(f) = fault {
-        out.clear();
-        return Err(f);
-    }
-    Ok(end)
+    Ok((end, fault))
 }
 
 #[cfg(test)]

@@ -2,49 +2,60 @@
 //!
 //! ```text
 //! header     64 bytes (below)
-//! data       lists, each at a data-relative u32 offset
-//! directory  entry_count x 12 bytes: key u32, count u32, offset u32 (sorted by key)
-//! chunks     ceil(entry_count / DIR_CHUNK_ENTRIES) x 8 bytes: first key u32, crc32 u32 of the chunk's entries
+//! data       long lists (more than BLOCK_POSTINGS docs), each at a data-relative u32 offset
+//! directory  one record per DIR_CHUNK_ENTRIES lists, in key order (below)
+//! chunks     ceil(entry_count / DIR_CHUNK_ENTRIES) x 12 bytes: first key u32, record
+//!            offset u32 (directory-relative), crc32 u32 of (first key, record)
 //! ```
 //!
 //! Header: magic [8], version u32, reserved u32, Unicode version [16] (ASCII,
 //! zero-padded), block postings u32, entry count u32, data length u64, file
-//! length u64, chunk table crc u32, header crc u32 (of bytes 0..60).
+//! length u64, chunk table crc u32, header crc u32 (of bytes 0..60). The
+//! directory's length is what the file length leaves.
 //!
-//! A list of one doc stores the doc in the entry's offset field. A list of
-//! 2..=BLOCK_POSTINGS docs is one block at the offset. A longer list starts
-//! with a skip table (per block: first doc u32, block offset u32 from the list
-//! start), then a crc32 of (key, skip table), then its blocks.
+//! A record holds its lists' entries one after another, all varints: the key's
+//! distance from the one before (absent for the first, which the chunk table
+//! names), the doc count, then by count: 1, the doc; 2..=BLOCK_POSTINGS, the
+//! length of a block body and the body itself (no checksum of its own: the
+//! record's covers it); more, the list's data offset. A long list starts with a
+//! skip table (per block: first doc u32, block offset u32 from the list start),
+//! then a crc32 of (key, skip table), then its blocks, each with its checksum.
 //!
-//! `open` checks the header, the lengths and the chunk table (a few KiB);
-//! each lookup checks the one directory chunk it reads, each list its skip
-//! table, each decoded block its own checksum. `verify` walks all of them.
+//! Why: most lists of a segment's postings hold one or a few docs, and a fixed
+//! 12-byte entry plus a 4-byte block checksum was more than half of the file.
+//!
+//! `open` checks the header, the lengths and the chunk table (a few KiB); each
+//! lookup checks the one record it reads, each long list its skip table, each
+//! of its decoded blocks its own checksum. `verify` walks all of them.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
 
-use super::codec::{decode_block, encode_block, BLOCK_POSTINGS};
+use super::codec::{
+    decode_block, decode_block_body, encode_block, encode_block_body, get_varint, put_varint,
+    BLOCK_POSTINGS,
+};
 use super::{intersect, normalise_trigrams, DocCursor, ALL_DOCS_KEY};
 use crate::error::IndexError;
 use crate::tables::UNICODE_VERSION;
 
 /// Magic bytes at offset 0 of every postings file.
 pub const POSTINGS_MAGIC: [u8; 8] = *b"LBPOSTNG";
-/// The postings format version this build writes and reads.
-pub const POSTINGS_FORMAT_VERSION: u32 = 2;
+/// The postings format version this build writes and reads (2 had a fixed 12-byte
+/// directory entry per list and every block in the data region; its files are refused,
+/// and the engine rebuilds them).
+pub const POSTINGS_FORMAT_VERSION: u32 = 3;
 /// Header length in bytes.
 const HEADER_BYTES: usize = 64;
-/// Directory entry length in bytes.
-const ENTRY_BYTES: usize = 12;
-/// Directory entries per checksummed chunk.
-const DIR_CHUNK_ENTRIES: usize = 256;
+/// Lists per directory record (and per chunk table entry).
+const DIR_CHUNK_ENTRIES: usize = 64;
 /// Chunk table entry length in bytes.
-const CHUNK_BYTES: usize = 8;
+const CHUNK_BYTES: usize = 12;
 /// Skip table entry length in bytes.
 const SKIP_BYTES: usize = 8;
-/// Largest data region, in bytes: list offsets are u32.
+/// Largest data region and directory, in bytes: list and record offsets are u32.
 const POSTINGS_DATA_BYTES_MAX: u64 = u32::MAX as u64;
 
 const _: () = assert!(
@@ -68,20 +79,42 @@ fn unicode_field() -> [u8; 16] {
 
 /// Builds the file in memory, list by list in ascending key order.
 pub(crate) struct Writer {
+    /// Long lists.
     data: Vec<u8>,
+    /// Directory records, the last one open while it holds fewer than DIR_CHUNK_ENTRIES.
     dir: Vec<u8>,
+    chunks: Vec<u8>,
     entries: u32,
     last_key: Option<u32>,
+    /// The open record: where it starts in `dir`, its first key, its lists so far.
+    record_at: usize,
+    record_key: u32,
+    record_lists: usize,
+    body: Vec<u8>,
+}
+
+fn too_large(what: &str) -> IndexError {
+    IndexError::InvalidArgument {
+        reason: format!(
+            "postings {what} exceeds {POSTINGS_DATA_BYTES_MAX} bytes: seal smaller segments"
+        ),
+    }
 }
 
 impl Writer {
-    /// A writer with room for `data` bytes of lists and `entries` directory entries.
-    pub(crate) fn with_capacity(data: usize, entries: usize) -> Self {
+    /// A writer with room for about `bytes` bytes of lists and `entries` directory entries
+    /// (short lists are kept in the directory, long ones in the data region).
+    pub(crate) fn with_capacity(bytes: usize, entries: usize) -> Self {
         Writer {
-            data: Vec::with_capacity(data),
-            dir: Vec::with_capacity(entries * ENTRY_BYTES),
+            data: Vec::with_capacity(bytes / 2),
+            dir: Vec::with_capacity(bytes / 2 + entries * 3),
+            chunks: Vec::with_capacity(entries.div_ceil(DIR_CHUNK_ENTRIES) * CHUNK_BYTES),
             entries: 0,
             last_key: None,
+            record_at: 0,
+            record_key: 0,
+            record_lists: 0,
+            body: Vec::new(),
         }
     }
 
@@ -92,38 +125,61 @@ impl Writer {
             "lists are written in ascending key order"
         );
         assert!(!docs.is_empty(), "empty lists are not stored");
-        self.last_key = Some(key);
         let count =
             u32::try_from(docs.len()).expect("doc ids are u32, so a list holds at most 2^32 docs");
-        let offset = if count == 1 {
-            docs[0]
-        } else {
-            let offset = u32::try_from(self.data.len()).map_err(|_| IndexError::InvalidArgument {
-                reason: format!("postings data exceeds {POSTINGS_DATA_BYTES_MAX} bytes: seal smaller segments"),
-            })?;
-            self.encode_list(key, docs);
-            offset
-        };
-        if self.data.len() as u64 > POSTINGS_DATA_BYTES_MAX {
-            return Err(IndexError::InvalidArgument {
-                reason: format!(
-                    "postings data exceeds {POSTINGS_DATA_BYTES_MAX} bytes: seal smaller segments"
-                ),
-            });
+        if self.record_lists == DIR_CHUNK_ENTRIES {
+            self.close_record();
         }
-        self.dir.extend_from_slice(&key.to_le_bytes());
-        self.dir.extend_from_slice(&count.to_le_bytes());
-        self.dir.extend_from_slice(&offset.to_le_bytes());
+        if self.record_lists == 0 {
+            self.record_at = self.dir.len();
+            self.record_key = key;
+        } else {
+            put_varint(
+                &mut self.dir,
+                key - self.last_key.expect("a record's earlier list"),
+            );
+        }
+        self.last_key = Some(key);
+        put_varint(&mut self.dir, count);
+        if count == 1 {
+            put_varint(&mut self.dir, docs[0]);
+        } else if count <= BLOCK_POSTINGS {
+            self.body.clear();
+            encode_block_body(&mut self.body, docs);
+            put_varint(&mut self.dir, self.body.len() as u32);
+            self.dir.extend_from_slice(&self.body);
+        } else {
+            let offset = u32::try_from(self.data.len()).map_err(|_| too_large("data"))?;
+            self.encode_long_list(key, docs);
+            if self.data.len() as u64 > POSTINGS_DATA_BYTES_MAX {
+                return Err(too_large("data"));
+            }
+            put_varint(&mut self.dir, offset);
+        }
+        if self.dir.len() as u64 > POSTINGS_DATA_BYTES_MAX {
+            return Err(too_large("directory"));
+        }
+        self.record_lists += 1;
         self.entries += 1;
         Ok(())
     }
 
-    fn encode_list(&mut self, key: u32, docs: &[u32]) {
-        let per = BLOCK_POSTINGS as usize;
-        if docs.len() <= per {
-            encode_block(&mut self.data, key, 0, docs);
+    fn close_record(&mut self) {
+        if self.record_lists == 0 {
             return;
         }
+        let record = &self.dir[self.record_at..];
+        self.chunks
+            .extend_from_slice(&self.record_key.to_le_bytes());
+        self.chunks
+            .extend_from_slice(&(self.record_at as u32).to_le_bytes());
+        self.chunks
+            .extend_from_slice(&record_crc(self.record_key, record).to_le_bytes());
+        self.record_lists = 0;
+    }
+
+    fn encode_long_list(&mut self, key: u32, docs: &[u32]) {
+        let per = BLOCK_POSTINGS as usize;
         let start = self.data.len();
         let blocks = docs.len().div_ceil(per);
         let skip_at = start;
@@ -140,13 +196,9 @@ impl Writer {
         self.data[skip_end..skip_end + 4].copy_from_slice(&crc.to_le_bytes());
     }
 
-    pub(crate) fn finish(self) -> Vec<u8> {
-        let mut chunks = Vec::new();
-        for chunk in self.dir.chunks(DIR_CHUNK_ENTRIES * ENTRY_BYTES) {
-            chunks.extend_from_slice(&chunk[0..4]);
-            chunks.extend_from_slice(&crc32fast::hash(chunk).to_le_bytes());
-        }
-        let file_len = (HEADER_BYTES + self.data.len() + self.dir.len() + chunks.len()) as u64;
+    pub(crate) fn finish(mut self) -> Vec<u8> {
+        self.close_record();
+        let file_len = (HEADER_BYTES + self.data.len() + self.dir.len() + self.chunks.len()) as u64;
         let mut h = [0u8; HEADER_BYTES];
         h[0..8].copy_from_slice(&POSTINGS_MAGIC);
         h[8..12].copy_from_slice(&POSTINGS_FORMAT_VERSION.to_le_bytes());
@@ -155,16 +207,24 @@ impl Writer {
         h[36..40].copy_from_slice(&self.entries.to_le_bytes());
         h[40..48].copy_from_slice(&(self.data.len() as u64).to_le_bytes());
         h[48..56].copy_from_slice(&file_len.to_le_bytes());
-        h[56..60].copy_from_slice(&crc32fast::hash(&chunks).to_le_bytes());
+        h[56..60].copy_from_slice(&crc32fast::hash(&self.chunks).to_le_bytes());
         let crc = crc32fast::hash(&h[..60]);
         h[60..64].copy_from_slice(&crc.to_le_bytes());
         let mut out = Vec::with_capacity(file_len as usize);
         out.extend_from_slice(&h);
         out.extend_from_slice(&self.data);
         out.extend_from_slice(&self.dir);
-        out.extend_from_slice(&chunks);
+        out.extend_from_slice(&self.chunks);
         out
     }
+}
+
+/// Checksum of a directory record, bound to the first key its chunk table entry names.
+fn record_crc(first_key: u32, record: &[u8]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&first_key.to_le_bytes());
+    h.update(record);
+    h.finalize()
 }
 
 fn skip_crc(key: u32, skip: &[u8]) -> u32 {
@@ -196,6 +256,7 @@ pub struct PostingsFile {
     bytes: Bytes,
     entries: usize,
     data_len: usize,
+    dir_len: usize,
 }
 
 impl std::fmt::Debug for PostingsFile {
@@ -208,12 +269,89 @@ impl std::fmt::Debug for PostingsFile {
     }
 }
 
+/// Where a list's docs are.
+#[derive(Clone, Copy, Debug)]
+enum List<'a> {
+    /// A list of one doc: the doc.
+    One(u32),
+    /// A block body inside its (checked) directory record.
+    Inline(&'a [u8]),
+    /// A long list at this data-relative offset.
+    Long(u32),
+}
+
 /// One directory entry.
 #[derive(Clone, Copy, Debug)]
-struct Entry {
+struct Entry<'a> {
     key: u32,
     count: u32,
-    offset: u32,
+    list: List<'a>,
+    /// File offset of the entry (for errors).
+    at: usize,
+}
+
+/// The entries of one checked directory record, in order.
+struct Record<'a> {
+    bytes: &'a [u8],
+    /// File offset of `bytes`.
+    at: usize,
+    pos: usize,
+    left: usize,
+    prev_key: Option<u32>,
+    first_key: u32,
+}
+
+impl<'a> Record<'a> {
+    fn varint(&mut self, file: &PostingsFile) -> Result<u32, IndexError> {
+        let (v, used) = get_varint(&self.bytes[self.pos..]).ok_or_else(|| {
+            file.corrupt(
+                self.at + self.pos,
+                "directory record holds a bad or cut varint",
+            )
+        })?;
+        self.pos += used;
+        Ok(v)
+    }
+
+    /// The next entry, `None` after the record's last.
+    fn next(&mut self, file: &PostingsFile) -> Result<Option<Entry<'a>>, IndexError> {
+        if self.left == 0 {
+            return Ok(None);
+        }
+        self.left -= 1;
+        let at = self.at + self.pos;
+        let key = match self.prev_key {
+            None => self.first_key,
+            Some(p) => {
+                let d = self.varint(file)?;
+                match p.checked_add(d) {
+                    Some(k) if d > 0 => k,
+                    _ => return Err(file.corrupt(at, "directory keys are not strictly ascending")),
+                }
+            }
+        };
+        self.prev_key = Some(key);
+        let count = self.varint(file)?;
+        let list = match count {
+            0 => return Err(file.corrupt(at, "directory entry of an empty list")),
+            1 => List::One(self.varint(file)?),
+            n if n <= BLOCK_POSTINGS => {
+                let len = self.varint(file)? as usize;
+                let Some(body) = self.bytes.get(self.pos..self.pos + len) else {
+                    return Err(file.corrupt(at, "a list's block runs past its directory record"));
+                };
+                self.pos += len;
+                List::Inline(body)
+            }
+            _ => List::Long(self.varint(file)?),
+        };
+        Ok(Some(Entry {
+            key,
+            count,
+            list,
+            at,
+        }))
+    }
 }
 
 impl PostingsFile {
@@ -307,22 +445,27 @@ impl PostingsFile {
             ));
         }
         let chunks = entries.div_ceil(DIR_CHUNK_ENTRIES as u64);
-        let want = (HEADER_BYTES as u64)
-            .checked_add(data_len)
-            .and_then(|v| v.checked_add(entries * ENTRY_BYTES as u64))
-            .and_then(|v| v.checked_add(chunks * CHUNK_BYTES as u64));
-        if want != Some(file_len) || data_len > POSTINGS_DATA_BYTES_MAX {
+        let dir_len = file_len
+            .checked_sub(HEADER_BYTES as u64)
+            .and_then(|v| v.checked_sub(data_len))
+            .and_then(|v| v.checked_sub(chunks * CHUNK_BYTES as u64));
+        let Some(dir_len) = dir_len.filter(|&d| {
+            data_len <= POSTINGS_DATA_BYTES_MAX
+                && d <= POSTINGS_DATA_BYTES_MAX
+                && (entries == 0) == (d == 0)
+        }) else {
             return Err(IndexError::corrupt(
                 &path,
                 40,
                 "section lengths do not add up to the file length",
             ));
-        }
+        };
         let pf = PostingsFile {
             path,
             bytes,
             entries: entries as usize,
             data_len: data_len as usize,
+            dir_len: dir_len as usize,
         };
         let (expected, got) = (
             le32(pf.bytes.as_slice(), 56),
@@ -345,15 +488,13 @@ impl PostingsFile {
     }
 
     /// Calls `f` with every trigram that has a list, ascending (the all-docs list is not a
-    /// trigram). Each directory chunk's checksum is checked first; damage is an error.
+    /// trigram). Each directory record's checksum is checked first; damage is an error.
     pub fn for_each_trigram(&self, mut f: impl FnMut(u32)) -> Result<(), IndexError> {
-        let chunks = self.chunk_table().len() / CHUNK_BYTES;
-        for k in 0..chunks {
-            let chunk = self.chunk(k)?;
-            for i in 0..chunk.len() / ENTRY_BYTES {
-                let key = le32(chunk, i * ENTRY_BYTES);
-                if key <= super::TRIGRAM_MAX {
-                    f(key);
+        for k in 0..self.chunk_count() {
+            let mut record = self.record(k)?;
+            while let Some(e) = record.next(self)? {
+                if e.key <= super::TRIGRAM_MAX {
+                    f(e.key);
                 }
             }
         }
@@ -379,29 +520,44 @@ impl PostingsFile {
     }
 
     fn chunk_table_offset(&self) -> usize {
-        self.dir_offset() + self.entries * ENTRY_BYTES
+        self.dir_offset() + self.dir_len
     }
 
     fn chunk_table(&self) -> &[u8] {
         &self.bytes.as_slice()[self.chunk_table_offset()..]
     }
 
+    fn chunk_count(&self) -> usize {
+        self.chunk_table().len() / CHUNK_BYTES
+    }
+
     fn corrupt(&self, offset: usize, reason: impl Into<String>) -> IndexError {
         IndexError::corrupt(&self.path, offset as u64, reason)
     }
 
-    /// The checked entries of directory chunk `k`.
-    fn chunk(&self, k: usize) -> Result<&[u8], IndexError> {
-        let first = k * DIR_CHUNK_ENTRIES;
-        let n = (self.entries - first).min(DIR_CHUNK_ENTRIES);
-        let at = self.dir_offset() + first * ENTRY_BYTES;
-        let bytes = &self.bytes.as_slice()[at..at + n * ENTRY_BYTES];
+    /// Directory record `k`, its checksum checked.
+    fn record(&self, k: usize) -> Result<Record<'_>, IndexError> {
         let table = self.chunk_table();
-        let (first_key, expected) = (
-            le32(table, k * CHUNK_BYTES),
-            le32(table, k * CHUNK_BYTES + 4),
+        let e = k * CHUNK_BYTES;
+        let (first_key, start, expected) = (
+            le32(table, e),
+            le32(table, e + 4) as usize,
+            le32(table, e + 8),
         );
-        let got = crc32fast::hash(bytes);
+        let end = if k + 1 < self.chunk_count() {
+            le32(table, e + CHUNK_BYTES + 4) as usize
+        } else {
+            self.dir_len
+        };
+        let at = self.dir_offset() + start;
+        if start >= end || end > self.dir_len || (k == 0 && start != 0) {
+            return Err(self.corrupt(
+                self.chunk_table_offset() + e,
+                "directory records are not in order or run past the directory",
+            ));
+        }
+        let bytes = &self.bytes.as_slice()[at..self.dir_offset() + end];
+        let got = record_crc(first_key, bytes);
         if got != expected {
             return Err(IndexError::ChecksumMismatch {
                 path: self.path.clone(),
@@ -410,28 +566,20 @@ impl PostingsFile {
                 got,
             });
         }
-        if le32(bytes, 0) != first_key {
-            return Err(self.corrupt(
-                at,
-                "directory chunk does not start with the key its table names",
-            ));
-        }
-        Ok(bytes)
-    }
-
-    fn entry_at(chunk: &[u8], i: usize) -> Entry {
-        let e = i * ENTRY_BYTES;
-        Entry {
-            key: le32(chunk, e),
-            count: le32(chunk, e + 4),
-            offset: le32(chunk, e + 8),
-        }
+        Ok(Record {
+            bytes,
+            at,
+            pos: 0,
+            left: (self.entries - k * DIR_CHUNK_ENTRIES).min(DIR_CHUNK_ENTRIES),
+            prev_key: None,
+            first_key,
+        })
     }
 
     /// The directory entry of `key`, if any.
-    fn lookup(&self, key: u32) -> Result<Option<Entry>, IndexError> {
+    fn lookup(&self, key: u32) -> Result<Option<Entry<'_>>, IndexError> {
         let table = self.chunk_table();
-        let chunks = table.len() / CHUNK_BYTES;
+        let chunks = self.chunk_count();
         // Last chunk whose first key is <= key.
         let (mut lo, mut hi) = (0, chunks);
         while lo < hi {
@@ -445,23 +593,15 @@ impl PostingsFile {
         if lo == 0 {
             return Ok(None);
         }
-        let chunk = self.chunk(lo - 1)?;
-        let n = chunk.len() / ENTRY_BYTES;
-        let (mut lo, mut hi) = (0, n);
-        while lo < hi {
-            let mid = (lo + hi) / 2;
-            let k = le32(chunk, mid * ENTRY_BYTES);
-            match k.cmp(&key) {
-                std::cmp::Ordering::Less => lo = mid + 1,
-                std::cmp::Ordering::Greater => hi = mid,
-                std::cmp::Ordering::Equal => return Ok(Some(Self::entry_at(chunk, mid))),
+        let mut record = self.record(lo - 1)?;
+        while let Some(e) = record.next(self)? {
+            match e.key.cmp(&key) {
+                std::cmp::Ordering::Less => {}
+                std::cmp::Ordering::Equal => return Ok(Some(e)),
+                std::cmp::Ordering::Greater => return Ok(None),
             }
         }
         Ok(None)
-    }
-
-    fn cursor(&self, e: Entry) -> Result<FileCursor<'_>, IndexError> {
-        FileCursor::new(self, e)
     }
 
     /// Docs `>= from_doc` holding ALL `trigrams`, ascending, at most `limit`.
@@ -481,7 +621,7 @@ impl PostingsFile {
         let mut cursors = Vec::with_capacity(keys.len());
         for k in keys {
             match self.lookup(k)? {
-                Some(e) => cursors.push(self.cursor(e)?),
+                Some(e) => cursors.push(FileCursor::new(self, e)?),
                 None => return Ok(Vec::new()),
             }
         }
@@ -502,32 +642,31 @@ impl PostingsFile {
     /// check of [`verify`](Self::verify) made on the way (an error may come after some
     /// lists were handed out).
     pub(crate) fn walk(&self, mut each: impl FnMut(u32, u32)) -> Result<(), IndexError> {
-        let chunks = self.chunk_table().len() / CHUNK_BYTES;
         let mut prev_key: Option<u32> = None;
         let mut prev_end = 0usize;
-        for k in 0..chunks {
-            let chunk = self.chunk(k)?;
-            for i in 0..chunk.len() / ENTRY_BYTES {
-                let e = Self::entry_at(chunk, i);
-                let at = self.dir_offset() + (k * DIR_CHUNK_ENTRIES + i) * ENTRY_BYTES;
+        for k in 0..self.chunk_count() {
+            let mut record = self.record(k)?;
+            while let Some(e) = record.next(self)? {
                 if prev_key.is_some_and(|p| p >= e.key) {
-                    return Err(self.corrupt(at, "directory keys are not strictly ascending"));
+                    return Err(self.corrupt(e.at, "directory keys are not strictly ascending"));
                 }
                 if e.key > super::TRIGRAM_MAX && e.key != ALL_DOCS_KEY {
                     return Err(
-                        self.corrupt(at, format!("directory key {:#x} is not a trigram", e.key))
+                        self.corrupt(e.at, format!("directory key {:#x} is not a trigram", e.key))
                     );
                 }
                 prev_key = Some(e.key);
-                let mut cur = self.cursor(e)?;
-                if e.count >= 2 && (e.offset as usize) < prev_end {
-                    return Err(self.corrupt(at, "lists overlap"));
+                let mut cur = FileCursor::new(self, e)?;
+                if let List::Long(offset) = e.list {
+                    if (offset as usize) < prev_end {
+                        return Err(self.corrupt(e.at, "lists overlap"));
+                    }
                 }
                 let mut n = 0u32;
                 let mut last: Option<u32> = None;
                 while let Some(d) = cur.next_doc()? {
                     if last.is_some_and(|l| l >= d) {
-                        return Err(self.corrupt(at, "doc ids are not strictly ascending"));
+                        return Err(self.corrupt(e.at, "doc ids are not strictly ascending"));
                     }
                     each(e.key, d);
                     last = Some(d);
@@ -535,13 +674,19 @@ impl PostingsFile {
                 }
                 if n != e.count {
                     return Err(self.corrupt(
-                        at,
+                        e.at,
                         format!("list holds {n} docs, its entry says {}", e.count),
                     ));
                 }
-                if e.count >= 2 {
+                if let List::Long(_) = e.list {
                     prev_end = cur.end;
                 }
+            }
+            if record.pos != record.bytes.len() {
+                return Err(self.corrupt(
+                    record.at + record.pos,
+                    "directory record holds bytes after its last entry",
+                ));
             }
         }
         if prev_end > self.data_len {
@@ -554,8 +699,8 @@ impl PostingsFile {
 /// A forward cursor over one list of the file, decoding one block at a time.
 struct FileCursor<'a> {
     file: &'a PostingsFile,
-    entry: Entry,
-    /// Skip table (count > BLOCK_POSTINGS) or empty.
+    entry: Entry<'a>,
+    /// Skip table (a long list) or empty.
     skip: &'a [u8],
     blocks: usize,
     /// Index of the block in `buf`, or `usize::MAX` before the first.
@@ -567,7 +712,7 @@ struct FileCursor<'a> {
 }
 
 impl<'a> FileCursor<'a> {
-    fn new(file: &'a PostingsFile, entry: Entry) -> Result<Self, IndexError> {
+    fn new(file: &'a PostingsFile, entry: Entry<'a>) -> Result<Self, IndexError> {
         let per = BLOCK_POSTINGS as usize;
         let mut c = FileCursor {
             file,
@@ -579,17 +724,16 @@ impl<'a> FileCursor<'a> {
             pos: 0,
             end: 0,
         };
-        let at = HEADER_BYTES + entry.offset as usize;
-        match entry.count {
-            0 => return Err(file.corrupt(at, "directory entry of an empty list")),
-            1 => {
-                c.buf.push(entry.offset);
+        match entry.list {
+            List::One(doc) => {
+                c.buf.push(doc);
                 c.block = 0;
             }
-            n if n <= BLOCK_POSTINGS => {}
-            _ => {
+            List::Inline(_) => {}
+            List::Long(offset) => {
+                let at = HEADER_BYTES + offset as usize;
                 let data = file.data();
-                let start = entry.offset as usize;
+                let start = offset as usize;
                 let len = c.blocks * SKIP_BYTES;
                 let Some(skip) = data.get(start..start + len + 4) else {
                     return Err(file.corrupt(at, "skip table runs past the data region"));
@@ -621,27 +765,38 @@ impl<'a> FileCursor<'a> {
         } else {
             per
         };
-        let rel = if self.skip.is_empty() {
-            0
-        } else {
-            le32(self.skip, b * SKIP_BYTES + 4) as usize
-        };
-        let start = self.entry.offset as usize + rel;
-        let data = self.file.data();
-        let at = HEADER_BYTES + start;
-        let Some(bytes) = data.get(start..) else {
-            return Err(self
-                .file
-                .corrupt(at, "block offset is past the data region"));
-        };
-        let used = decode_block(bytes, self.entry.key, b as u32, n as u32, &mut self.buf)
-            .map_err(|f| self.file.corrupt(at, f.describe()))?;
-        if !self.skip.is_empty() && self.buf[0] != self.skip_first(b) {
-            return Err(self
-                .file
-                .corrupt(at, "block does not start with the doc its skip entry names"));
+        match self.entry.list {
+            List::One(_) => unreachable!("a list of one doc is decoded when made"),
+            List::Inline(body) => {
+                let used = decode_block_body(body, n as u32, &mut self.buf)
+                    .map_err(|f| self.file.corrupt(self.entry.at, f.describe()))?;
+                if used != body.len() {
+                    return Err(self.file.corrupt(
+                        self.entry.at,
+                        "a list's block is not the length its entry says",
+                    ));
+                }
+            }
+            List::Long(offset) => {
+                let rel = le32(self.skip, b * SKIP_BYTES + 4) as usize;
+                let start = offset as usize + rel;
+                let data = self.file.data();
+                let at = HEADER_BYTES + start;
+                let Some(bytes) = data.get(start..) else {
+                    return Err(self
+                        .file
+                        .corrupt(at, "block offset is past the data region"));
+                };
+                let used = decode_block(bytes, self.entry.key, b as u32, n as u32, &mut self.buf)
+                    .map_err(|f| self.file.corrupt(at, f.describe()))?;
+                if self.buf[0] != self.skip_first(b) {
+                    return Err(self
+                        .file
+                        .corrupt(at, "block does not start with the doc its skip entry names"));
+                }
+                self.end = self.end.max(start + used);
+            }
         }
-        self.end = self.end.max(start + used);
         self.block = b;
         self.pos = 0;
         Ok(())
@@ -658,10 +813,7 @@ impl<'a> FileCursor<'a> {
             let prev = *self.buf.last().expect("a decoded block is never empty");
             self.load(self.block + 1)?;
             if self.buf[0] <= prev {
-                return Err(self.file.corrupt(
-                    HEADER_BYTES + self.entry.offset as usize,
-                    "blocks are not ascending",
-                ));
+                return Err(self.file.corrupt(self.entry.at, "blocks are not ascending"));
             }
         }
         let d = self.buf[self.pos];
