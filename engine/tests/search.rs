@@ -1045,10 +1045,10 @@ fn a_saved_tail_is_read_back_checked_and_extended() {
     // one by one instead (answers unchanged) and deletes the file, and the next search
     // rebuilds the tail from the log.
     let mut bytes = std::fs::read(&again[0]).unwrap();
-    // Header 64 bytes; lists (data, then records) up to the chunk table of 12 bytes per 64
+    // Header 64 bytes; lists (data, then records) up to the chunk table of 12 bytes per 16
     // lists (the list count is the u32 at 36) at the end.
     let lists = u32::from_le_bytes(bytes[36..40].try_into().unwrap()) as usize;
-    let lists_end = bytes.len() - lists.div_ceil(64) * 12;
+    let lists_end = bytes.len() - lists.div_ceil(16) * 12;
     for b in &mut bytes[64..64 + (lists_end - 64) / 2] {
         *b ^= 0x10;
     }

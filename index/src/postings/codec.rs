@@ -81,7 +81,14 @@ pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u32) {
 }
 
 /// Decodes a u32 varint at the start of `b`: (value, bytes used).
+#[inline]
 pub(crate) fn get_varint(b: &[u8]) -> Option<(u32, usize)> {
+    // Most varints of a directory record (key distances, counts, lengths) are one byte.
+    if let Some(&byte) = b.first() {
+        if byte < 0x80 {
+            return Some((u32::from(byte), 1));
+        }
+    }
     let mut v: u64 = 0;
     for (i, &byte) in b.iter().take(VARINT_BYTES_MAX).enumerate() {
         v |= u64::from(byte & 0x7F) << (7 * i);

@@ -49,8 +49,10 @@ pub const POSTINGS_MAGIC: [u8; 8] = *b"LBPOSTNG";
 pub const POSTINGS_FORMAT_VERSION: u32 = 3;
 /// Header length in bytes.
 const HEADER_BYTES: usize = 64;
-/// Lists per directory record (and per chunk table entry).
-const DIR_CHUNK_ENTRIES: usize = 64;
+/// Lists per directory record (and per chunk table entry): a lookup reads its record's
+/// entries in order, so a record is kept short (a 2-byte query looks up 512 trigrams); its
+/// 12-byte table entry costs under a byte per list.
+const DIR_CHUNK_ENTRIES: usize = 16;
 /// Chunk table entry length in bytes.
 const CHUNK_BYTES: usize = 12;
 /// Skip table entry length in bytes.
