@@ -90,16 +90,50 @@ pub(crate) struct Sealed {
     pub postings: SealedPostings,
 }
 
+/// Which docs a lookup asks for: those holding all of its trigrams, or any of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Need {
+    All,
+    Any,
+}
+
+fn file_candidates(
+    f: &PostingsFile,
+    trigrams: &[u32],
+    need: Need,
+    from_doc: u32,
+    limit: usize,
+) -> Result<Vec<u32>, logbook_index::IndexError> {
+    match need {
+        Need::All => f.candidates(trigrams, from_doc, limit),
+        Need::Any => f.candidates_any(trigrams, from_doc, limit),
+    }
+}
+
+fn builder_candidates(
+    b: &PostingsBuilder,
+    trigrams: &[u32],
+    need: Need,
+    from_doc: u32,
+    limit: usize,
+) -> Vec<u32> {
+    match need {
+        Need::All => b.candidates(trigrams, from_doc, limit),
+        Need::Any => b.candidates_any(trigrams, from_doc, limit),
+    }
+}
+
 impl Sealed {
     pub(crate) fn candidates(
         &self,
         trigrams: &[u32],
+        need: Need,
         from_doc: u32,
         limit: usize,
     ) -> Result<Vec<u32>, logbook_index::IndexError> {
         match &self.postings {
-            SealedPostings::File(f) => f.candidates(trigrams, from_doc, limit),
-            SealedPostings::Memory(b) => Ok(b.candidates(trigrams, from_doc, limit)),
+            SealedPostings::File(f) => file_candidates(f, trigrams, need, from_doc, limit),
+            SealedPostings::Memory(b) => Ok(builder_candidates(b, trigrams, need, from_doc, limit)),
         }
     }
 
@@ -143,21 +177,31 @@ struct Base {
 }
 
 impl Tail {
-    /// Docs `>= from_doc` holding all `trigrams`, ascending, at most `limit`: from the base,
-    /// then the builder. An error means the base is damaged.
+    /// Docs `>= from_doc` holding all (or any) `trigrams`, ascending, at most `limit`: from
+    /// the base, then the builder. An error means the base is damaged.
     pub(crate) fn candidates(
         &self,
         trigrams: &[u32],
+        need: Need,
         from_doc: u32,
         limit: usize,
     ) -> Result<Vec<u32>, logbook_index::IndexError> {
         let (mut out, from) = match &self.base {
-            Some(b) if from_doc < b.docs => (b.file.candidates(trigrams, from_doc, limit)?, b.docs),
+            Some(b) if from_doc < b.docs => (
+                file_candidates(&b.file, trigrams, need, from_doc, limit)?,
+                b.docs,
+            ),
             Some(b) => (Vec::new(), from_doc.max(b.docs)),
             None => (Vec::new(), from_doc),
         };
         if out.len() < limit {
-            out.extend(self.builder.candidates(trigrams, from, limit - out.len()));
+            out.extend(builder_candidates(
+                &self.builder,
+                trigrams,
+                need,
+                from,
+                limit - out.len(),
+            ));
         }
         Ok(out)
     }

@@ -28,7 +28,7 @@ use crate::error::EngineError;
 use crate::event::RowSource;
 use crate::history::fence;
 use crate::params::Position;
-pub(crate) use crate::postings::{is_searchable, row_key, segment_of_row, Sealed, Tail};
+pub(crate) use crate::postings::{is_searchable, row_key, segment_of_row, Need, Sealed, Tail};
 use crate::session::{Inner, Session};
 use crate::sync::lock;
 use cursor::{Binding, SearchCursor};
@@ -83,27 +83,18 @@ pub(crate) fn checked_query_and_limit(query: &str, limit: Option<u32>) -> Result
 }
 
 impl Plan {
-    /// Runs the plan against one source (`lookup(trigrams, from_doc, limit)`): at most
+    /// Runs the plan against one source (`lookup(trigrams, need, from_doc, limit)`): at most
     /// `CANDIDATE_BATCH` docs `>= from_doc`, ascending; fewer means no more in this source.
     fn candidates<E>(
         &self,
         from_doc: u32,
-        mut lookup: impl FnMut(&[u32], u32, usize) -> Result<Vec<u32>, E>,
+        lookup: impl FnOnce(&[u32], Need, u32, usize) -> Result<Vec<u32>, E>,
     ) -> Result<Vec<u32>, E> {
         match self {
-            Plan::AllOf(t) => lookup(t, from_doc, CANDIDATE_BATCH),
-            Plan::Every => lookup(&[], from_doc, CANDIDATE_BATCH),
-            Plan::AnyOf { keys, .. } => {
-                // The union's first BATCH docs are among each list's first BATCH docs.
-                let mut all = Vec::new();
-                for k in keys {
-                    all.extend(lookup(std::slice::from_ref(k), from_doc, CANDIDATE_BATCH)?);
-                }
-                all.sort_unstable();
-                all.dedup();
-                all.truncate(CANDIDATE_BATCH);
-                Ok(all)
-            }
+            Plan::AllOf(t) => lookup(t, Need::All, from_doc, CANDIDATE_BATCH),
+            Plan::Every => lookup(&[], Need::All, from_doc, CANDIDATE_BATCH),
+            // The union's first BATCH docs are among each list's first BATCH docs.
+            Plan::AnyOf { keys, .. } => lookup(keys, Need::Any, from_doc, CANDIDATE_BATCH),
         }
     }
 }
@@ -366,22 +357,24 @@ impl Session {
         }
         let from_doc = u32::try_from(row - first).expect("a segment's rows fit in u32");
         let docs = match &source {
-            Source::Tail(t) => match plan.candidates(from_doc, |k, f, l| t.candidates(k, f, l)) {
-                Ok(d) => d,
-                // A damaged saved tail: this batch's rows are checked one by one, and the
-                // next search rebuilds the tail from the log.
-                Err(_) => {
-                    t.base_damaged(self.is_read_only());
-                    every_row(row, first, end)
+            Source::Tail(t) => {
+                match plan.candidates(from_doc, |k, n, f, l| t.candidates(k, n, f, l)) {
+                    Ok(d) => d,
+                    // A damaged saved tail: this batch's rows are checked one by one, and the
+                    // next search rebuilds the tail from the log.
+                    Err(_) => {
+                        t.base_damaged(self.is_read_only());
+                        every_row(row, first, end)
+                    }
                 }
-            },
+            }
             Source::Sealed(seg, s) => {
-                match plan.candidates(from_doc, |k, f, l| s.candidates(k, f, l)) {
+                match plan.candidates(from_doc, |k, n, f, l| s.candidates(k, n, f, l)) {
                     Ok(d) => d,
                     // A damaged file: rebuild it from the log and ask again.
                     Err(_) => {
                         let s = self.search.sealed(self, inner, *seg, true)?;
-                        plan.candidates(from_doc, |k, f, l| s.candidates(k, f, l))?
+                        plan.candidates(from_doc, |k, n, f, l| s.candidates(k, n, f, l))?
                     }
                 }
             }

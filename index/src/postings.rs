@@ -71,6 +71,36 @@ pub(crate) fn intersect<C: DocCursor>(
     Ok(out)
 }
 
+/// Appends to `out` the docs `>= from_doc` of `cursor`, ascending, at most `limit`.
+pub(crate) fn collect_from<C: DocCursor>(
+    cursor: &mut C,
+    from_doc: u32,
+    limit: usize,
+    out: &mut Vec<u32>,
+) -> Result<(), IndexError> {
+    let mut target = from_doc;
+    for _ in 0..limit {
+        let Some(d) = cursor.seek(target)? else {
+            break;
+        };
+        out.push(d);
+        match d.checked_add(1) {
+            Some(t) => target = t,
+            None => break,
+        }
+    }
+    Ok(())
+}
+
+/// The first `limit` docs of the union gathered in `all` (each list's first `limit` docs),
+/// ascending and distinct.
+pub(crate) fn union_prefix(mut all: Vec<u32>, limit: usize) -> Vec<u32> {
+    all.sort_unstable();
+    all.dedup();
+    all.truncate(limit);
+    all
+}
+
 /// Sorted, deduplicated trigrams; refuses values outside 24 bits.
 pub(crate) fn normalise_trigrams(trigrams: &[u32]) -> Result<Vec<u32>, IndexError> {
     if let Some(&bad) = trigrams.iter().find(|&&t| t > TRIGRAM_MAX) {

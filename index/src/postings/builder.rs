@@ -6,7 +6,9 @@ use std::hash::BuildHasherDefault;
 use std::path::Path;
 
 use super::codec::{get_varint, put_varint};
-use super::{file, intersect, normalise_trigrams, DocCursor, ALL_DOCS_KEY};
+use super::{
+    collect_from, file, intersect, normalise_trigrams, union_prefix, DocCursor, ALL_DOCS_KEY,
+};
 use crate::error::IndexError;
 use crate::hash::IntHasher;
 use crate::trigram::for_each_trigram;
@@ -322,6 +324,24 @@ impl PostingsBuilder {
             }
         }
         intersect(cursors, from_doc, limit).expect("in-memory cursors never fail")
+    }
+
+    /// Docs `>= from_doc` holding ANY of `trigrams` (at least one), ascending, at most
+    /// `limit`.
+    ///
+    /// # Panics
+    /// When a trigram does not fit in 24 bits (a caller bug).
+    pub fn candidates_any(&self, trigrams: &[u32], from_doc: u32, limit: usize) -> Vec<u32> {
+        let trigrams = normalise_trigrams(trigrams).expect("trigrams come from for_each_trigram");
+        let mut all = Vec::new();
+        for t in &trigrams {
+            if let Some(&i) = self.slots.get(t) {
+                let mut c = ListCursor::new(&self.lists[i as usize].1);
+                collect_from(&mut c, from_doc, limit, &mut all)
+                    .expect("in-memory cursors never fail");
+            }
+        }
+        union_prefix(all, limit)
     }
 
     /// The builder that `file` was written from (same lists, so `to_bytes` gives the same

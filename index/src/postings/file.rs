@@ -37,7 +37,7 @@ use super::codec::{
     decode_block, decode_block_body, encode_block, encode_block_body, get_varint, put_varint,
     BLOCK_POSTINGS,
 };
-use super::{intersect, normalise_trigrams, DocCursor, ALL_DOCS_KEY};
+use super::{collect_from, intersect, normalise_trigrams, union_prefix, DocCursor, ALL_DOCS_KEY};
 use crate::error::IndexError;
 use crate::tables::UNICODE_VERSION;
 
@@ -578,12 +578,10 @@ impl PostingsFile {
         })
     }
 
-    /// The directory entry of `key`, if any.
-    fn lookup(&self, key: u32) -> Result<Option<Entry<'_>>, IndexError> {
+    /// The chunk that would hold `key`: the last whose first key is <= `key`.
+    fn chunk_of(&self, key: u32) -> Option<usize> {
         let table = self.chunk_table();
-        let chunks = self.chunk_count();
-        // Last chunk whose first key is <= key.
-        let (mut lo, mut hi) = (0, chunks);
+        let (mut lo, mut hi) = (0, self.chunk_count());
         while lo < hi {
             let mid = (lo + hi) / 2;
             if le32(table, mid * CHUNK_BYTES) <= key {
@@ -592,10 +590,15 @@ impl PostingsFile {
                 hi = mid;
             }
         }
-        if lo == 0 {
+        lo.checked_sub(1)
+    }
+
+    /// The directory entry of `key`, if any.
+    fn lookup(&self, key: u32) -> Result<Option<Entry<'_>>, IndexError> {
+        let Some(k) = self.chunk_of(key) else {
             return Ok(None);
-        }
-        let mut record = self.record(lo - 1)?;
+        };
+        let mut record = self.record(k)?;
         while let Some(e) = record.next(self)? {
             match e.key.cmp(&key) {
                 std::cmp::Ordering::Less => {}
@@ -628,6 +631,62 @@ impl PostingsFile {
             }
         }
         intersect(cursors, from_doc, limit)
+    }
+
+    /// Docs `>= from_doc` holding ANY of `trigrams`, ascending, at most `limit` (none for no
+    /// trigrams). The trigrams are looked up in key order, each directory record read once
+    /// for all of them that it may hold. Damage is an error, never wrong data.
+    pub fn candidates_any(
+        &self,
+        trigrams: &[u32],
+        from_doc: u32,
+        limit: usize,
+    ) -> Result<Vec<u32>, IndexError> {
+        let keys = normalise_trigrams(trigrams)?;
+        let table = self.chunk_table();
+        let chunks = self.chunk_count();
+        let mut all = Vec::new();
+        // The record being read, and its entry read last (the first with a key at or past
+        // the key asked for, not yet used).
+        let mut at: Option<(usize, Record<'_>, Option<Entry<'_>>)> = None;
+        for key in keys {
+            // Last chunk whose first key is <= key.
+            let k = match at.as_ref() {
+                // Keys ascend: a later chunk starts past the current one.
+                Some((k, ..)) if *k + 1 == chunks || le32(table, (*k + 1) * CHUNK_BYTES) > key => {
+                    *k
+                }
+                _ => match self.chunk_of(key) {
+                    Some(k) => k,
+                    None => continue,
+                },
+            };
+            if at.as_ref().is_none_or(|(current, ..)| *current != k) {
+                at = Some((k, self.record(k)?, None));
+            }
+            let (_, record, pending) = at.as_mut().expect("set above");
+            let found = loop {
+                let e = match pending.take() {
+                    Some(e) => e,
+                    None => match record.next(self)? {
+                        Some(e) => e,
+                        None => break None,
+                    },
+                };
+                match e.key.cmp(&key) {
+                    std::cmp::Ordering::Less => {}
+                    std::cmp::Ordering::Equal => break Some(e),
+                    std::cmp::Ordering::Greater => {
+                        *pending = Some(e);
+                        break None;
+                    }
+                }
+            };
+            if let Some(e) = found {
+                collect_from(&mut FileCursor::new(self, e)?, from_doc, limit, &mut all)?;
+            }
+        }
+        Ok(union_prefix(all, limit))
     }
 
     /// Number of docs holding `trigram` (0 when absent).

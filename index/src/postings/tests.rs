@@ -119,6 +119,35 @@ fn builder_and_file_agree_with_the_model() {
                 );
             }
         }
+        // Unions: short ones, and wide ones over many directory records (a third of the
+        // trigrams present, with absent keys between them), as a 2-byte query asks.
+        let mut unions = queries(&mut rng, &m, alphabet);
+        for r in 0..3u32 {
+            let mut wide: Vec<u32> = all.iter().copied().filter(|t| t % 3 == r).collect();
+            wide.extend((0..40).map(|i| (i * 0x0004_1041 + r) & 0x00FF_FFFF));
+            unions.push(wide);
+        }
+        for q in unions {
+            for (from, limit) in [(0, usize::MAX), (0, 1), (max_doc / 2, 7), (max_doc + 1, 10)] {
+                let want: Vec<u32> = m
+                    .docs
+                    .iter()
+                    .filter(|(d, set)| *d >= from && q.iter().any(|t| set.contains(t)))
+                    .map(|d| d.0)
+                    .take(limit)
+                    .collect();
+                assert_eq!(
+                    b.candidates_any(&q, from, limit),
+                    want,
+                    "builder any q={q:x?} from={from} limit={limit}"
+                );
+                assert_eq!(
+                    file.candidates_any(&q, from, limit).unwrap(),
+                    want,
+                    "file any q={q:x?} from={from} limit={limit}"
+                );
+            }
+        }
     }
 }
 
