@@ -99,6 +99,13 @@ impl Plan {
     }
 }
 
+/// The log reader of a search page's verification: a first page's sealed blocks stay in the
+/// block cache like any read's (the query is likely refined or asked again), the later pages'
+/// enter it as the first to go (a walk over all hits would otherwise push everything out).
+pub(crate) fn first_page_reader(session: &Session, first_page: bool) -> Option<Reader<'_>> {
+    first_page.then(|| session.log().reader_keeping())
+}
+
 /// A batch of candidates without postings: every row from `row` on (docs counted from
 /// `first`), at most a batch, not past `end`.
 fn every_row(row: u64, first: u64, end: u64) -> Vec<u32> {
@@ -260,7 +267,7 @@ impl Session {
             hits: Vec::new(),
             rows_examined: 0,
             bytes_examined: 0,
-            reader: None,
+            reader: first_page_reader(self, p.after.is_none()),
             found: Vec::new(),
         };
         let plan = Plan::new(&p.query, &matcher);

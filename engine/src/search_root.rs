@@ -367,6 +367,8 @@ impl Listed {
 
 /// What a page may still spend.
 struct Budget {
+    /// The request is a search's first page (no cursor).
+    first_page: bool,
     hits_left: usize,
     rows_examined: u64,
     bytes_examined: u64,
@@ -422,6 +424,7 @@ pub(crate) fn search_root(
     let listed = sessions_in_scope(sh, &scope, since_ms, fence, cursor.as_ref(), &plan)?;
     let named = scope.session_ids.is_some();
     let mut budget = Budget {
+        first_page: cursor.is_none(),
         hits_left: limit as usize,
         rows_examined: 0,
         bytes_examined: 0,
@@ -696,7 +699,7 @@ impl Session {
             hits: Vec::new(),
             rows_examined: budget.rows_examined,
             bytes_examined: budget.bytes_examined,
-            reader: None,
+            reader: crate::search::first_page_reader(self, budget.first_page),
             found: Vec::new(),
         };
         let mut titles = Titles {

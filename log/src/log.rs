@@ -1197,6 +1197,13 @@ impl Log {
         self.reader_taking(READ_WINDOW_BYTES, true)
     }
 
+    /// A reader for runs of records that are likely read again soon (a search's first page,
+    /// which a user refines or repeats): like [`Log::reader`], but the sealed blocks it
+    /// decompresses enter the block cache as any other read's, not as the first to go.
+    pub fn reader_keeping(&self) -> Reader<'_> {
+        self.reader_taking(READ_WINDOW_BYTES, false)
+    }
+
     /// A reader for one pass over much history (an export): like [`Log::reader`], but the
     /// sealed blocks it decompresses are read with `pread` and kept only while it reads them,
     /// neither in the block cache nor mapped, so the pass holds about one block of memory
