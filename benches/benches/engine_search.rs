@@ -215,6 +215,21 @@ fn all_hits(root: &Root, q: &str) -> (usize, usize) {
     }
 }
 
+/// Bytes of the texts holding at least one match: the least text an index-led search must
+/// read back to verify every hit (all-hits time over this is its verify rate).
+fn text_of_rows_with_hits(texts: &[&str], m: &Matcher) -> u64 {
+    let mut out = Vec::new();
+    let mut bytes = 0;
+    for t in texts {
+        out.clear();
+        m.find_all(t, &mut out);
+        if !out.is_empty() {
+            bytes += t.len() as u64;
+        }
+    }
+    bytes
+}
+
 fn scan_all(texts: &[&str], m: &Matcher) -> usize {
     let mut out = Vec::new();
     let mut n = 0;
@@ -375,9 +390,12 @@ fn bench(c: &mut Criterion) {
                 fts_count(f, q)
             }
         });
+        let held = text_of_rows_with_hits(&texts, &Matcher::new(q, false, false));
         eprintln!(
-            "engine_search: {q:?}: {hits} hits over {pages} pages (scan agrees); FTS5 rows {:?}",
-            peer
+            "engine_search: {q:?}: {hits} hits over {pages} pages (scan agrees); FTS5 rows {:?}; \
+             text of the rows holding a hit {:.1} MB",
+            peer,
+            held as f64 / 1e6
         );
         let mut g = c.benchmark_group(format!("search/{q}/{}", corpus.label));
         g.sample_size(10);
