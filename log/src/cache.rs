@@ -3,11 +3,11 @@
 //! it once. One cache may serve many logs (an engine Root shares one among its Sessions):
 //! it is bounded in bytes and drops the least recently used block first.
 //!
-//! Blocks that bulk readers (scans, forward pages, search verification) decompress enter as
-//! the first to go instead of the last: a pass over more history than the cache holds then
-//! keeps what the cache held, plus the start of the pass, instead of cycling through all of it
-//! and keeping nothing (plain LRU's answer to a loop larger than itself). A bulk reader's hit
-//! counts as a use like any other.
+//! Blocks that bulk readers (scans, forward pages, search verification past a first page)
+//! decompress enter as the first to go instead of the last: a pass over more history than the
+//! cache holds then keeps what the cache held, plus the start of the pass, instead of cycling
+//! through all of it and keeping nothing (plain LRU's answer to a loop larger than itself). A
+//! bulk reader's hit counts as a use like any other.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
