@@ -115,7 +115,7 @@ fn every_row(row: u64, first: u64, end: u64) -> Vec<u32> {
 }
 
 /// Where candidates for a run of rows come from.
-enum Source<'a> {
+pub(crate) enum Source<'a> {
     Tail(&'a Tail),
     Sealed(u64, Arc<Sealed>),
     /// Rows no postings cover yet (appended while this page started): all are candidates.
@@ -327,21 +327,15 @@ impl Session {
         Ok(None)
     }
 
-    /// One batch of candidates for rows `row..n`: `(first, end, docs)`, where the docs are
-    /// ascending offsets from `first` of rows that may match, all `>= row`, and `end` bounds
-    /// the rows this batch's postings cover. A layered fork's base rows are answered by the
-    /// source, with the source's own postings (recursively).
-    pub(crate) fn candidate_batch(
+    /// The postings source of row `row` (below `n`, not in a layered fork's base) and the rows
+    /// it covers, `[first, end)` with `end <= n`; no lookup is made.
+    pub(crate) fn source_of<'t>(
         &self,
         inner: &Inner,
-        plan: &Plan,
-        tail: &Tail,
+        tail: &'t Tail,
         row: u64,
         n: u64,
-    ) -> Result<(u64, u64, Vec<u32>), EngineError> {
-        if let Some(b) = inner.base.as_ref().filter(|b| row < b.rows) {
-            return b.session.base_candidates(plan, row, n.min(b.rows));
-        }
+    ) -> Result<(Source<'t>, u64, u64), EngineError> {
         let source = if row >= tail.covered {
             Source::Uncovered
         } else if row >= tail.first_row {
@@ -362,6 +356,25 @@ impl Session {
                 format!("row {row} is outside its postings range {first}..{end}"),
             ));
         }
+        Ok((source, first, end))
+    }
+
+    /// One batch of candidates for rows `row..n`: `(first, end, docs)`, where the docs are
+    /// ascending offsets from `first` of rows that may match, all `>= row`, and `end` bounds
+    /// the rows this batch's postings cover. A layered fork's base rows are answered by the
+    /// source, with the source's own postings (recursively).
+    pub(crate) fn candidate_batch(
+        &self,
+        inner: &Inner,
+        plan: &Plan,
+        tail: &Tail,
+        row: u64,
+        n: u64,
+    ) -> Result<(u64, u64, Vec<u32>), EngineError> {
+        if let Some(b) = inner.base.as_ref().filter(|b| row < b.rows) {
+            return b.session.base_candidates(plan, row, n.min(b.rows));
+        }
+        let (source, first, end) = self.source_of(inner, tail, row, n)?;
         let from_doc = u32::try_from(row - first).expect("a segment's rows fit in u32");
         let docs = match &source {
             Source::Tail(t) => {

@@ -811,8 +811,13 @@ impl Session {
         n: u64,
         lookups: &mut u64,
     ) -> Result<(u64, Vec<u64>), EngineError> {
-        *lookups += 1;
-        let (first, _, _) = self.candidate_batch(inner, plan, tail, top, n)?;
+        // Where the source starts: known without a lookup, except in a layered fork's base.
+        let first = if inner.base.as_ref().is_some_and(|b| top < b.rows) {
+            *lookups += 1;
+            self.candidate_batch(inner, plan, tail, top, n)?.0
+        } else {
+            self.source_of(inner, tail, top, n)?.1
+        };
         let mut out = Vec::new();
         let mut row = first;
         loop {
