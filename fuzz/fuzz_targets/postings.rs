@@ -1,5 +1,5 @@
 //! Postings decoder and file reader: arbitrary bytes never panic, and a file
-//! that passes `verify` answers every query without error. With a leading 0
+//! that passes `verify` answers every query (all of its trigrams, or any) without error. With a leading 0
 //! byte the input is instead a list of texts: build, write, reopen, and the
 //! sealed file must answer exactly as the in-memory builder.
 #![no_main]
@@ -30,6 +30,10 @@ fuzz_target!(|data: &[u8]| {
         for q in queries(rest) {
             for from in [0, doc / 2, doc] {
                 assert_eq!(file.candidates(&q, from, 50).expect("verified"), b.candidates(&q, from, 50));
+                assert_eq!(
+                    file.candidates_any(&q, from, 50).expect("verified"),
+                    b.candidates_any(&q, from, 50)
+                );
             }
         }
         return;
@@ -39,6 +43,9 @@ fuzz_target!(|data: &[u8]| {
     for q in queries(data.get(64..).unwrap_or(&[])) {
         let r = file.candidates(&q, 0, usize::MAX);
         assert!(r.is_ok() || !verified, "verified file failed a query");
+        let r = file.candidates_any(&q, 0, usize::MAX);
+        assert!(r.is_ok() || !verified, "verified file failed a union");
         let _ = file.candidates(&q, 1000, 3);
+        let _ = file.candidates_any(&q, 1000, 3);
     }
 });
