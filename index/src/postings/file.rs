@@ -301,9 +301,33 @@ struct Record<'a> {
     left: usize,
     prev_key: Option<u32>,
     first_key: u32,
+    /// The entry [`Record::find`] read last and did not return: the first past its key.
+    pending: Option<Entry<'a>>,
 }
 
 impl<'a> Record<'a> {
+    /// The entry of `key`, reading on from where the last call stopped (keys asked for in
+    /// ascending order); `None` when the record does not hold it.
+    fn find(&mut self, file: &PostingsFile, key: u32) -> Result<Option<Entry<'a>>, IndexError> {
+        loop {
+            let e = match self.pending.take() {
+                Some(e) => e,
+                None => match self.next(file)? {
+                    Some(e) => e,
+                    None => return Ok(None),
+                },
+            };
+            match e.key.cmp(&key) {
+                std::cmp::Ordering::Less => {}
+                std::cmp::Ordering::Equal => return Ok(Some(e)),
+                std::cmp::Ordering::Greater => {
+                    self.pending = Some(e);
+                    return Ok(None);
+                }
+            }
+        }
+    }
+
     fn varint(&mut self, file: &PostingsFile) -> Result<u32, IndexError> {
         let (v, used) = get_varint(&self.bytes[self.pos..]).ok_or_else(|| {
             file.corrupt(
@@ -575,6 +599,7 @@ impl PostingsFile {
             left: (self.entries - k * DIR_CHUNK_ENTRIES).min(DIR_CHUNK_ENTRIES),
             prev_key: None,
             first_key,
+            pending: None,
         })
     }
 
@@ -598,15 +623,7 @@ impl PostingsFile {
         let Some(k) = self.chunk_of(key) else {
             return Ok(None);
         };
-        let mut record = self.record(k)?;
-        while let Some(e) = record.next(self)? {
-            match e.key.cmp(&key) {
-                std::cmp::Ordering::Less => {}
-                std::cmp::Ordering::Equal => return Ok(Some(e)),
-                std::cmp::Ordering::Greater => return Ok(None),
-            }
-        }
-        Ok(None)
+        self.record(k)?.find(self, key)
     }
 
     /// Docs `>= from_doc` holding ALL `trigrams`, ascending, at most `limit`.
@@ -646,9 +663,8 @@ impl PostingsFile {
         let table = self.chunk_table();
         let chunks = self.chunk_count();
         let mut all = Vec::new();
-        // The record being read, and its entry read last (the first with a key at or past
-        // the key asked for, not yet used).
-        let mut at: Option<(usize, Record<'_>, Option<Entry<'_>>)> = None;
+        // The record being read, and its chunk.
+        let mut at: Option<(usize, Record<'_>)> = None;
         for key in keys {
             // Last chunk whose first key is <= key.
             let k = match at.as_ref() {
@@ -661,28 +677,11 @@ impl PostingsFile {
                     None => continue,
                 },
             };
-            if at.as_ref().is_none_or(|(current, ..)| *current != k) {
-                at = Some((k, self.record(k)?, None));
+            if at.as_ref().is_none_or(|(current, _)| *current != k) {
+                at = Some((k, self.record(k)?));
             }
-            let (_, record, pending) = at.as_mut().expect("set above");
-            let found = loop {
-                let e = match pending.take() {
-                    Some(e) => e,
-                    None => match record.next(self)? {
-                        Some(e) => e,
-                        None => break None,
-                    },
-                };
-                match e.key.cmp(&key) {
-                    std::cmp::Ordering::Less => {}
-                    std::cmp::Ordering::Equal => break Some(e),
-                    std::cmp::Ordering::Greater => {
-                        *pending = Some(e);
-                        break None;
-                    }
-                }
-            };
-            if let Some(e) = found {
+            let (_, record) = at.as_mut().expect("set above");
+            if let Some(e) = record.find(self, key)? {
                 collect_from(&mut FileCursor::new(self, e)?, from_doc, limit, &mut all)?;
             }
         }
