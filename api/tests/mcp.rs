@@ -10,7 +10,6 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::mpsc::channel;
 use std::time::{Duration, Instant};
 
 use logbook_api::Host;
@@ -18,12 +17,8 @@ use logbook_engine::{AppendParams, CreateSessionParams, Event, SendParams, SetTi
 use serde_json::{json, Value};
 use sha2::Digest as _;
 
-/// How long one protocol answer may take.
-const ANSWER_WAIT: Duration = Duration::from_secs(60);
-
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_logbook")
-}
+mod common;
+use common::{bin, ANSWER_WAIT};
 
 /// The long body of row 3.0 of `s1`; `mcp_client.py` builds the same text.
 fn long_body() -> String {
@@ -181,18 +176,7 @@ impl Raw {
             .stderr(Stdio::inherit())
             .spawn()
             .unwrap();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                let value: Value = serde_json::from_str(&line)
-                    .unwrap_or_else(|e| panic!("not a JSON-RPC line ({e}): {line}"));
-                if tx.send(value).is_err() {
-                    break;
-                }
-            }
-        });
+        let rx = common::json_lines(child.stdout.take().unwrap(), "logbook mcp");
         let stdin = child.stdin.take();
         Raw {
             child,

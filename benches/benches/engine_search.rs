@@ -215,30 +215,21 @@ fn all_hits(root: &Root, q: &str) -> (usize, usize) {
     }
 }
 
-/// Bytes of the texts holding at least one match: the least text an index-led search must
-/// read back to verify every hit (all-hits time over this is its verify rate).
-fn text_of_rows_with_hits(texts: &[&str], m: &Matcher) -> u64 {
+/// Every match in `texts`: (matches, bytes of the texts holding at least one). The bytes are
+/// the least text an index-led search must read back to verify every hit (all-hits time over
+/// them is its verify rate).
+fn scan_all(texts: &[&str], m: &Matcher) -> (usize, u64) {
     let mut out = Vec::new();
-    let mut bytes = 0;
-    for t in texts {
-        out.clear();
-        m.find_all(t, &mut out);
-        if !out.is_empty() {
-            bytes += t.len() as u64;
-        }
-    }
-    bytes
-}
-
-fn scan_all(texts: &[&str], m: &Matcher) -> usize {
-    let mut out = Vec::new();
-    let mut n = 0;
+    let (mut n, mut held) = (0, 0);
     for t in texts {
         out.clear();
         m.find_all(t, &mut out);
         n += out.len();
+        if !out.is_empty() {
+            held += t.len() as u64;
+        }
     }
-    n
+    (n, held)
 }
 
 struct Fts {
@@ -380,7 +371,7 @@ fn bench(c: &mut Criterion) {
     });
     for q in NEEDLES {
         let (hits, pages) = all_hits(&root, q);
-        let scan = scan_all(&texts, &Matcher::new(q, false, false));
+        let (scan, held) = scan_all(&texts, &Matcher::new(q, false, false));
         assert_eq!(hits, scan, "engine and scan disagree on {q:?}");
         let short = q.len() < 3;
         let peer = fts.as_ref().map(|f| {
@@ -390,7 +381,6 @@ fn bench(c: &mut Criterion) {
                 fts_count(f, q)
             }
         });
-        let held = text_of_rows_with_hits(&texts, &Matcher::new(q, false, false));
         eprintln!(
             "engine_search: {q:?}: {hits} hits over {pages} pages (scan agrees); FTS5 rows {:?}; \
              text of the rows holding a hit {:.1} MB",

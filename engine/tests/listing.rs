@@ -193,10 +193,6 @@ fn a_fork_has_the_title_of_its_fence() {
     assert_eq!(info(&root, "s").title.as_deref(), Some("Second"));
 }
 
-fn listing(root: &Root) -> Vec<SessionInfo> {
-    page(root, None, SESSIONS_PAGE_MAX, SessionOrder::LastActivity).sessions
-}
-
 /// The snapshot stays on disk while nothing changes, and goes before the first commit: a
 /// crash after that commit finds none, and the next clean close writes it again.
 #[test]
@@ -223,7 +219,7 @@ fn the_catalog_snapshot_goes_before_the_first_commit() {
     let root = Root::open(&dir).expect("reopen");
     assert_eq!(info(&root, "b").title.as_deref(), Some("Renamed"));
     assert_eq!(info(&root, "b").revision, 4);
-    assert_eq!(listing(&root)[0].session_id, "b", "b changed last");
+    assert_eq!(newest_first(&root)[0].session_id, "b", "b changed last");
 }
 
 #[test]
@@ -238,7 +234,7 @@ fn the_listing_survives_clean_and_unclean_restarts() {
             send(&root, id, "m", &format!("hello from {id}"));
         }
         set_title(&root, "a", "t", "Titled").expect("title");
-        listing(&root)
+        newest_first(&root)
     };
     assert!(
         dir.join("catalog.snap").exists(),
@@ -247,7 +243,11 @@ fn the_listing_survives_clean_and_unclean_restarts() {
     let saved = std::fs::read(dir.join("catalog.snap")).expect("snapshot");
     {
         let root = Root::open(&dir).expect("reopen");
-        assert_eq!(listing(&root), before, "a clean restart lists the same");
+        assert_eq!(
+            newest_first(&root),
+            before,
+            "a clean restart lists the same"
+        );
         assert!(!hist(&root, "b", None, None, 100, Direction::Forward)
             .rows
             .is_empty());
@@ -260,7 +260,7 @@ fn the_listing_survives_clean_and_unclean_restarts() {
     // After a crash that followed a change there is no snapshot: the same as removing it now.
     std::fs::remove_file(dir.join("catalog.snap")).expect("rm snapshot");
     let root = Root::open(&dir).expect("reopen without a snapshot");
-    let after = listing(&root);
+    let after = newest_first(&root);
     // Without a snapshot the times come from the log files (a clean close also trims their
     // zero regions, which moves their mtimes, so the order is only approximate here): the
     // same Sessions with the same facts.

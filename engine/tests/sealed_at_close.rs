@@ -224,17 +224,10 @@ fn a_large_newest_segment_is_left_to_roll() {
 
 /// Sessions newest activity first: (id, last activity).
 fn by_activity(root: &Root) -> Vec<(String, u64)> {
-    root.sessions_page(SessionsParams {
-        after: None,
-        limit: None,
-        workspace: None,
-        order: Some(SessionOrder::LastActivity),
-    })
-    .expect("sessions")
-    .sessions
-    .iter()
-    .map(|s| (s.session_id.clone(), s.last_activity_at))
-    .collect()
+    newest_first(root)
+        .iter()
+        .map(|s| (s.session_id.clone(), s.last_activity_at))
+        .collect()
 }
 
 /// A Session whose only segment was sealed at close keeps the time of its last append as its

@@ -20,6 +20,19 @@ pub fn root_at_unsealed(dir: &Path) -> Root {
     .expect("open root")
 }
 
+/// Every Session (up to the largest page), newest activity first.
+#[allow(dead_code)]
+pub fn newest_first(root: &Root) -> Vec<SessionInfo> {
+    root.sessions_page(SessionsParams {
+        after: None,
+        limit: Some(SESSIONS_PAGE_MAX),
+        workspace: None,
+        order: Some(SessionOrder::LastActivity),
+    })
+    .expect("sessions page")
+    .sessions
+}
+
 pub fn create(root: &Root, id: &str) -> String {
     root.create_session(CreateSessionParams {
         session_id: Some(id.into()),
