@@ -12,7 +12,7 @@ use crate::progress::ProgressSink;
 use crate::records::{self, ForkRecord, SessionRecord};
 use crate::session::{log_config, Checkpoint, Closing, Session};
 pub(crate) use crate::sync::lock;
-use logbook_log::{Durability, Log, Record};
+use logbook_log::{Durability, Log, LogConfig, Record};
 use sha2::{Digest, Sha256};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::File;
@@ -239,6 +239,10 @@ pub(crate) struct Shared {
     /// The writer lock (see `take_lock`); released when the last reference goes. A reader's
     /// holds the directory's descriptor only.
     _lock: WriterLock,
+    /// The writer's `unsynced` mark, standing for every log of the Root (see
+    /// `logbook_log::GroupMark`); released by the close, before the lock. `None` for a reader,
+    /// or when it could not be made (each log then marks itself).
+    mark: Option<Arc<logbook_log::GroupMark>>,
     pub(crate) root_log: Log,
     pub(crate) registry: Mutex<Registry>,
     /// The open Sessions: a cache, not a set (see [`Shared::make_room`]). Each is also in its
@@ -568,6 +572,7 @@ impl Shared {
     pub(crate) fn open(dir: &Path, options: RootOptions) -> Result<Arc<Shared>, EngineError> {
         check_header(dir)?;
         let read_only = options.read_only;
+        let mut mark = None;
         let (lock_file, root_log, recovery) = if read_only {
             // A reader beside the writer: no lock, and a Root log that is only read.
             let root_log = Log::open_read_only(
@@ -578,8 +583,26 @@ impl Shared {
             (WriterLock::unlocked(dir)?, root_log, Default::default())
         } else {
             let lock_file = take_lock(dir)?;
-            let (root_log, recovery) =
-                Log::open(&dir.join(ROOT_LOG_DIR), log_config(options.durability))?;
+            // One `unsynced` mark for every log of the Root, taken before any is opened: a mark
+            // left by a writer that died has the file system synced first. A mark that cannot
+            // be made (a full or read-only disk) leaves each log to mark itself.
+            mark = match logbook_log::GroupMark::take(dir) {
+                Ok((m, _)) => Some(m),
+                Err(e)
+                    if e.kind() == logbook_log::ErrorKind::Io
+                        && !dir.join(logbook_log::UNSYNCED_MARK).exists() =>
+                {
+                    None
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let (root_log, recovery) = Log::open(
+                &dir.join(ROOT_LOG_DIR),
+                LogConfig {
+                    group_mark: mark.clone(),
+                    ..log_config(options.durability)
+                },
+            )?;
             (lock_file, root_log, recovery)
         };
         let cuts: Vec<CutNote> = CutNote::of(None, &recovery).into_iter().collect();
@@ -647,6 +670,7 @@ impl Shared {
             sessions_sync: crate::fsutil::SharedDirSync::default(),
             options,
             _lock: lock_file,
+            mark,
             root_log,
             registry: Mutex::new(registry),
             extras,
@@ -749,6 +773,7 @@ impl Shared {
             durability: self.options.durability,
             block_cache: Some(Arc::clone(&self.block_cache)),
             fs: self.options.log_fs.clone(),
+            group_mark: self.mark.clone(),
             ..logbook_log::LogConfig::default()
         }
     }
@@ -1246,6 +1271,14 @@ impl Drop for Shared {
             lock(&e.slot).take();
         }
         logbook_log::settle_closed_seals(&self.dir.join(SESSIONS_DIR), CLOSED_SEALS_WAIT_MAX);
+        // Every Session's log is closed now, each fully synced or marked by itself; the Root
+        // log's commits are synced (a sync here costs nothing then, and a failed one leaves
+        // the mark for the next open).
+        if let Some(mark) = &self.mark {
+            if self.root_log.sync().is_ok() {
+                mark.release();
+            }
+        }
     }
 }
 

@@ -209,7 +209,15 @@ fn a_session_left_synced_reopens_without_a_sync() {
         assert_eq!(syncs(), before + 1, "send {i} to {sid}");
         before = syncs();
     }
+    // One `unsynced` mark for the Root while it writes, none of the logs' own.
+    let mark = logbook_log::UNSYNCED_MARK;
+    assert!(dir.path().join(mark).exists(), "the Root's mark");
+    for sid in ["a", "b"] {
+        let log = dir.path().join("sessions").join(sid).join("log");
+        assert!(!log.join(mark).exists(), "{sid} makes no mark of its own");
+    }
     drop(root);
+    assert!(!dir.path().join(mark).exists(), "a clean close removes the Root's mark");
     let root = Root::open_with(dir.path(), opts()).unwrap();
     let before = syncs();
     send(&root, "a", "op-new", "after a reopen of the Root");

@@ -65,6 +65,7 @@ mod format;
 #[doc(hidden)]
 pub mod io;
 mod log;
+mod mark;
 mod sealed;
 mod walk;
 
@@ -75,6 +76,7 @@ pub use crate::format::{
     active_segment_header, BATCH_BYTES_MAX, BLOCK_BYTES, CUT_HEADER_BYTES, LOG_FORMAT_VERSION,
     RECORD_PAYLOAD_BYTES_MAX, ZSTD_LEVEL,
 };
+pub use crate::mark::GroupMark;
 /// Length of the segment header at the start of every segment's logical stream: records
 /// start at this offset.
 pub const SEGMENT_HEADER_BYTES: u64 = crate::format::HEADER_BYTES;

@@ -9,6 +9,7 @@ use crate::format::{
     FRAME_HEADER_BYTES, HEADER_BYTES, RECORD_PAYLOAD_BYTES_MAX,
 };
 use crate::io::{read_exact_at, write_all_at, FileSystem, IoFile, RealFs};
+use crate::mark::GroupMark;
 use crate::sealed::{self, BlockHint, SealedSegment};
 use crate::walk::{judge_tail_at, walk, walk_at, Tail};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -98,6 +99,9 @@ pub struct LogConfig {
     /// their Sessions' logs only through a config), like the `*_with_fs` constructors.
     #[doc(hidden)]
     pub fs: Option<Arc<dyn FileSystem>>,
+    /// A mark that stands for this log's own `unsynced` mark while the log is open (see
+    /// [`GroupMark`]); `None` makes the log mark itself before its first write.
+    pub group_mark: Option<Arc<GroupMark>>,
 }
 
 impl Default for LogConfig {
@@ -108,6 +112,7 @@ impl Default for LogConfig {
             preallocate_bytes: PREALLOCATE_BYTES,
             block_cache: None,
             fs: None,
+            group_mark: None,
         }
     }
 }
@@ -1429,6 +1434,7 @@ impl Drop for Log {
                     w.synced = w.flushed;
                 }
             }
+            self.shared.mark_left_unsynced(&mut w);
             if LogInstances::unregister(self.instance) {
                 if w.marked && w.fully_synced() {
                     // Every byte this handle wrote is durable: the next open need not sync.
@@ -2044,6 +2050,36 @@ impl Shared {
             w.poisoned = Some(e.to_string());
         }
         self.poisoned.store(true, Ordering::Release);
+        // A handle opened again while this one lives must sync what this one left.
+        self.mark_left_unsynced(w);
+    }
+
+    /// Creates this log's own `unsynced` mark (`mknod`, not `open`: an append must not need
+    /// a descriptor the Session does not hold already, as a Root under a low descriptor limit
+    /// keeps its Sessions open).
+    fn make_mark(&self) -> Result<(), LogError> {
+        let p = self.dir.join(UNSYNCED_MARK);
+        match self.fs.create_empty(&p) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+            Err(e) => Err(LogError::io(&p, "create the unsynced mark", e)),
+        }
+    }
+
+    /// Under a group mark, a handle that leaves bytes no fdatasync covered (poisoned, or
+    /// dropped so) marks its log itself, so a later open syncs it even after the group mark
+    /// is gone; when that fails, the group mark is kept on disk.
+    fn mark_left_unsynced(&self, w: &mut Writer) {
+        let Some(group) = &self.config.group_mark else {
+            return;
+        };
+        if w.marked || (w.poisoned.is_none() && w.fully_synced()) {
+            return;
+        }
+        match self.make_mark() {
+            Ok(()) => w.marked = true,
+            Err(_) => group.keep(),
+        }
     }
 
     fn cut_unsynced(&self) -> Result<(), LogError> {
@@ -2278,18 +2314,12 @@ impl Shared {
         if w.buf.is_empty() {
             return Ok(());
         }
-        if !w.marked {
+        if !w.marked && self.config.group_mark.is_none() {
             // Before the first byte that no fdatasync covers: a later open sees the mark and
             // syncs (see `open_inner`). Not synced itself: only a killed process leaves bytes
-            // in the page cache alone, and then the mark is there as well.
-            let p = self.dir.join(UNSYNCED_MARK);
-            // `mknod`, not `open`: an append must not need a descriptor the Session does not
-            // hold already (a Root under a low descriptor limit keeps its Sessions open).
-            match self.fs.create_empty(&p) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(LogError::io(&p, "create the unsynced mark", e)),
-            }
+            // in the page cache alone, and then the mark is there as well. A group mark held
+            // while this log is open stands for it.
+            self.make_mark()?;
             w.marked = true;
         }
         write_all_at(&*w.file, &w.buf, w.flushed).map_err(|e| LogError::io(&w.path, "write", e))?;

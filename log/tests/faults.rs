@@ -583,3 +583,73 @@ fn open_syncs_only_after_a_handle_that_left_unsynced_bytes() {
     let e = log.append(&rec(b"refused")).unwrap_err();
     assert!(e.to_string().contains("unsynced"), "{e}");
 }
+
+/// Under a group mark (one per engine Root) a healthy log makes no mark of its own, so opening,
+/// writing and closing it costs no file creation; a killed writer leaves the group mark, and
+/// the next taker's `syncfs` stands for every log's recovery sync. A log that leaves bytes no
+/// sync covered (poisoned, or dropped so) still marks itself, and when it cannot, the group
+/// mark stays on disk when released.
+#[test]
+fn a_group_mark_stands_for_each_logs_own() {
+    use logbook_log::{GroupMark, UNSYNCED_MARK};
+    let dir = tempfile::tempdir().unwrap();
+    let group_file = dir.path().join(UNSYNCED_MARK);
+    let d = dir.path().join("l");
+    let own = d.join(UNSYNCED_MARK);
+    let under = |g: &Arc<GroupMark>, c: LogConfig| LogConfig {
+        group_mark: Some(Arc::clone(g)),
+        ..c
+    };
+    let (group, found) = GroupMark::take(dir.path()).unwrap();
+    assert!(!found, "no writer before");
+    assert!(group_file.exists(), "taken before any log opens");
+    let (log, _) = faulty(&d, under(&group, cfg(1 << 20)));
+    log.append(&rec(b"one")).unwrap();
+    assert!(!own.exists(), "the group mark stands for the log's own");
+    drop(log);
+    let (fs, faults) = FaultyFs::new();
+    let (log, _) = Log::open_with_fs(&d, under(&group, cfg(1 << 20)), Arc::new(fs)).unwrap();
+    assert_eq!(faults.count(Op::Sync), 0, "a reopen in the process syncs nothing");
+    log.append(&rec(b"two")).unwrap();
+    assert!(!own.exists());
+    // The writer is killed: its group mark and the log's handle are never dropped.
+    std::mem::forget(log);
+    std::mem::forget(group);
+    let (group, found) = GroupMark::take(dir.path()).unwrap();
+    assert!(found, "the next writer finds the mark and syncs the file system");
+    let (fs, faults) = FaultyFs::new();
+    let (log, _) = Log::open_with_fs(&d, under(&group, cfg(1 << 20)), Arc::new(fs)).unwrap();
+    assert_eq!(faults.count(Op::Sync), 0, "which stands for the log's sync");
+    assert_eq!(payloads(&log), [b"one".to_vec(), b"two".to_vec()]);
+    // A failed commit poisons the log, which marks itself: a handle opened after it, in this
+    // process, syncs.
+    faults.arm(Op::Sync, 0, Injected::Eio);
+    log.append(&rec(b"failed")).unwrap_err();
+    assert!(own.exists(), "a poisoned log marks itself");
+    log.cut_unsynced().unwrap();
+    drop(log);
+    let (fs, faults) = FaultyFs::new();
+    let (log, _) = Log::open_with_fs(&d, under(&group, cfg(1 << 20)), Arc::new(fs)).unwrap();
+    assert_eq!(faults.count(Op::Sync), 1, "its next open syncs");
+    assert!(!own.exists(), "and removes its mark");
+    drop(log);
+    group.release();
+    assert!(!group_file.exists(), "released with every log closed and synced");
+    // A bulk import whose drop can neither sync nor mark itself keeps the group mark.
+    let (group, found) = GroupMark::take(dir.path()).unwrap();
+    assert!(!found, "a released mark is gone");
+    let bulk = LogConfig {
+        durability: Durability::NoSyncBulkImport,
+        ..under(&group, cfg(16 << 20))
+    };
+    let (fs, faults) = FaultyFs::new();
+    let (log, _) = Log::open_with_fs(&d, bulk, Arc::new(fs)).unwrap();
+    log.append(&rec(&vec![7u8; 3 << 20])).unwrap();
+    faults.arm(Op::Sync, 0, Injected::Eio);
+    faults.arm_on(Op::Create, UNSYNCED_MARK, 0, Injected::NoSpace);
+    drop(log);
+    assert!(faults.all_fired());
+    assert!(!own.exists());
+    group.release();
+    assert!(group_file.exists(), "kept: its bytes are covered by nothing else");
+}

@@ -1,0 +1,90 @@
+//! One `unsynced` mark that stands for those of many logs (docs/format.md, "The `unsynced`
+//! mark").
+
+use crate::error::LogError;
+use crate::log::UNSYNCED_MARK;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// An `unsynced` mark made once for every log opened with it ([`crate::LogConfig::group_mark`])
+/// in place of a mark per log: a process that writes many logs (an engine Root writing
+/// thousands of Sessions) then pays no file creation and removal per log it opens and closes.
+///
+/// Taken by the one process that writes those logs, before it opens any of them, and
+/// [released](GroupMark::release) by it once every log it wrote is closed or fully synced
+/// (a mark never released stays on disk, which costs the next taker one `syncfs` and loses
+/// nothing). A log whose handle is poisoned or drops with bytes no fdatasync covered (a failed
+/// sync, a bulk import that could not sync) still writes its own mark, so that a later open,
+/// in this process too, syncs it; when it cannot, the group mark is kept on disk. A mark found
+/// when taking it means that its last holder died: the whole file system is synced then (one
+/// `syncfs`), so that no log's open needs to.
+#[derive(Debug)]
+pub struct GroupMark {
+    path: PathBuf,
+    /// Set when a log left bytes unsynced that no mark of its own covers: the mark stays.
+    keep: AtomicBool,
+}
+
+impl GroupMark {
+    /// Takes the mark `UNSYNCED_MARK` in `dir` (which must hold, or be on the same file system
+    /// as, every log it is to cover). Returns the mark and whether one was there already, in
+    /// which case the file system was synced before this returned.
+    pub fn take(dir: &Path) -> Result<(Arc<GroupMark>, bool), LogError> {
+        let path = dir.join(UNSYNCED_MARK);
+        let found = match std::fs::symlink_metadata(&path) {
+            Ok(_) => true,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+            Err(e) => return Err(LogError::io(&path, "look for the unsynced mark", e)),
+        };
+        if found {
+            // Bytes a killed process wrote may sit in the page cache only: make them durable
+            // before any log's open reads them as durable.
+            let d = std::fs::File::open(dir).map_err(|e| LogError::io(dir, "open", e))?;
+            rustix::fs::syncfs(&d)
+                .map_err(|e| LogError::io(dir, "syncfs", std::io::Error::from(e)))?;
+        } else {
+            // Not synced: only a killed process leaves bytes in the page cache alone, and then
+            // the page cache holds this name too (see the per-log mark).
+            use rustix::fs::{mknodat, FileType, Mode, CWD};
+            match mknodat(
+                CWD,
+                &path,
+                FileType::RegularFile,
+                Mode::from_raw_mode(0o644),
+                0,
+            ) {
+                Ok(()) => {}
+                Err(e) if e == rustix::io::Errno::EXIST => {}
+                Err(e) => {
+                    return Err(LogError::io(
+                        &path,
+                        "create the unsynced mark",
+                        std::io::Error::from(e),
+                    ))
+                }
+            }
+        }
+        Ok((
+            Arc::new(GroupMark {
+                path,
+                keep: AtomicBool::new(false),
+            }),
+            found,
+        ))
+    }
+
+    /// Keeps the mark on disk when it is released (a log left bytes unsynced and could not
+    /// mark them itself).
+    pub(crate) fn keep(&self) {
+        self.keep.store(true, Ordering::Release);
+    }
+
+    /// Removes the mark, unless a log asked to keep it. For the taker, once every log opened
+    /// with the mark is closed or fully synced (and before another process may take it).
+    pub fn release(&self) {
+        if !self.keep.load(Ordering::Acquire) {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
