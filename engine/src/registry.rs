@@ -1015,8 +1015,9 @@ impl Shared {
             present = dir.is_dir();
         }
         let plain = plain.filter(|_| !imported);
-        if let Some(workspace) = plain.filter(|_| !present && self.staging_of(id).is_dir()) {
-            // Registered, but the rename into place failed or a crash came first.
+        if let Some(workspace) = plain.clone().filter(|_| !present) {
+            // Registered, but the rename into place failed or a crash came first, or the
+            // creation's files (written unsynced) never reached the disk.
             self.materialize(id, workspace, None)?;
             present = dir.is_dir();
         }
@@ -1028,15 +1029,43 @@ impl Shared {
         }
         let read_only = self.options.read_only;
         let diags = self.extras.diags.of(id, &dir, self.log_config(), read_only);
-        let s = Arc::new(Session::open_with(
-            id,
-            &dir,
-            self.log_config(),
-            base,
-            self.options.progress.clone(),
-            diags,
-            read_only,
-        )?);
+        let open = |base| {
+            Session::open_with(
+                id,
+                &dir,
+                self.log_config(),
+                base,
+                self.options.progress.clone(),
+                Arc::clone(&diags),
+                read_only,
+            )
+        };
+        let mut opened = open(base);
+        let plain = plain.filter(|_| !read_only);
+        if let Some(workspace) = plain.clone() {
+            let failed = opened
+                .as_ref()
+                .is_err_and(|e| matches!(e.kind(), ErrorKind::NotFound | ErrorKind::Corrupt));
+            if failed && lost_creation(&dir) {
+                // Its creation's files did not all reach the disk (a power loss after the
+                // Root-log record): nothing of it was acknowledged but the creation.
+                drop(opened);
+                self.options.progress.notice(&format!(
+                    "Session {id}: its files were lost before its first commit; made again from its registration"
+                ));
+                crate::fsutil::remove_any(&dir)?;
+                self.materialize(id, workspace, None)?;
+                opened = open(None);
+            }
+        }
+        let s = Arc::new(opened.map_err(|e| match e.kind() {
+            // The Root log lists it: a log that is not there is damage.
+            ErrorKind::NotFound => EngineError::corrupt(&dir, e.to_string()),
+            _ => e,
+        })?);
+        if plain.is_some() && s.read().state.revision == 1 {
+            s.sync_names_at_first_commit(vec![dir.clone(), self.dir.join(SESSIONS_DIR)]);
+        }
         for (source, operation) in lock(&self.extras.forks).keys() {
             if source == id {
                 s.add_fork_op(operation);
@@ -1140,7 +1169,9 @@ impl Shared {
     }
 
     /// Builds Session `id`'s directory under its staging name (ids never start with '.'),
-    /// removing whatever an earlier attempt left there.
+    /// removing whatever an earlier attempt left there. Nothing is synced: the Session's
+    /// Root-log record stands for the directory until its first commit (docs/format.md,
+    /// "Making a Session").
     pub(crate) fn build_staging(
         &self,
         id: &str,
@@ -1149,27 +1180,30 @@ impl Shared {
     ) -> Result<PathBuf, EngineError> {
         let staging = self.staging_of(id);
         crate::fsutil::remove_any(&staging)?;
-        // Durable as built: `Log::create` syncs the log's file, its directory and `staging`,
-        // and the first event is appended with the Root's durability.
         Session::create_files_with(&staging, workspace, branch, self.log_config())?;
         Ok(staging)
     }
 
     /// Renames a built staging directory into place as Session `id`'s, and syncs `sessions/`.
     pub(crate) fn place(&self, staging: &Path, id: &str) -> Result<(), EngineError> {
-        let sessions = self.dir.join(SESSIONS_DIR);
-        let dir = sessions.join(id);
+        self.place_unsynced(staging, id)?;
+        if self.options.durability == Durability::Sync {
+            self.sessions_sync.sync(&self.dir.join(SESSIONS_DIR))?;
+        }
+        Ok(())
+    }
+
+    /// [`Shared::place`] without the sync, for a directory built by [`Shared::build_staging`]
+    /// (its first commit syncs `sessions/`).
+    pub(crate) fn place_unsynced(&self, staging: &Path, id: &str) -> Result<(), EngineError> {
+        let dir = self.dir.join(SESSIONS_DIR).join(id);
         std::fs::rename(staging, &dir).map_err(|e| {
             EngineError::io(
                 &dir,
                 "rename into place (the Session is registered; its next use finishes this)",
                 e,
             )
-        })?;
-        if self.options.durability == Durability::Sync {
-            self.sessions_sync.sync(&sessions)?;
-        }
-        Ok(())
+        })
     }
 
     fn staging_of(&self, id: &str) -> PathBuf {
@@ -1179,8 +1213,9 @@ impl Shared {
     }
 
     /// Finishes registered Session `id` whose directory is missing: a creation that a crash
-    /// or a failed rename interrupted after its Root-log record (the record is the commit;
-    /// the directory's content, one `sessionCreated` event, follows from it).
+    /// or a failed rename interrupted after its Root-log record, or whose unsynced files a
+    /// power loss took (the record is the commit; the directory's content, one
+    /// `sessionCreated` event, follows from it).
     pub(crate) fn materialize(
         &self,
         id: &str,
@@ -1191,7 +1226,7 @@ impl Shared {
             return Ok(());
         }
         let staging = self.build_staging(id, workspace, branch)?;
-        self.place(&staging, id)
+        self.place_unsynced(&staging, id)
     }
 
     /// The Sessions open now (the cache's content).
@@ -1431,4 +1466,28 @@ pub(crate) fn is_empty_dir(dir: &Path) -> Result<bool, EngineError> {
         )),
         Err(e) => Err(EngineError::io(dir, "list", e)),
     }
+}
+
+/// True when Session directory `dir`, whose open failed, holds no record at all (no log, or
+/// segments of a header at most: a torn create is cut back to one by the log's open) and shows
+/// no sign of a commit after its creation (no receipt in its index, no checkpoint). Then a
+/// power loss took the files its creation wrote unsynced, and nothing of it but the creation
+/// was acknowledged (a first commit syncs the Session's names before its receipt is
+/// indexed); otherwise the damage is reported, not repaired.
+fn lost_creation(dir: &Path) -> bool {
+    let receipts = std::fs::metadata(dir.join("receipt.idx")).map_or(0, |m| m.len());
+    if receipts > logbook_index::FIXED_HEADER_BYTES || dir.join("state.ckpt").exists() {
+        return false;
+    }
+    let Ok(list) = std::fs::read_dir(dir.join("log")) else {
+        return true;
+    };
+    list.flatten().all(|e| {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        !name.ends_with(".sealed")
+            && (!name.ends_with(".active")
+                || e.metadata()
+                    .is_ok_and(|m| m.len() <= logbook_log::SEGMENT_HEADER_BYTES))
+    })
 }

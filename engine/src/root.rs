@@ -257,7 +257,7 @@ impl Root {
             .and_then(|staging| {
                 sh.append_session_record(&record)?;
                 crate::fsutil::pause_point(&sh.dir, "create-committed");
-                Ok(sh.place(&staging, &id))
+                Ok(sh.place_unsynced(&staging, &id))
             });
         let mut reg = lock(&sh.registry);
         reg.reserved.remove(&id);

@@ -701,7 +701,8 @@ pub(crate) fn log_config(durability: Durability) -> LogConfig {
 
 impl Session {
     /// Creates the Session's files in `dir` (absent or empty) and writes `sessionCreated` as
-    /// sequence 1.
+    /// sequence 1, with no sync: the Session's Root-log record stands for them until its first
+    /// commit, which makes them durable (see [`Session::sync_names_at_first_commit`]).
     pub(crate) fn create_files_with(
         dir: &Path,
         workspace: Option<String>,
@@ -709,27 +710,27 @@ impl Session {
         config: LogConfig,
     ) -> Result<(), EngineError> {
         std::fs::create_dir_all(dir).map_err(|e| EngineError::io(dir, "create directory", e))?;
-        // No zero region: this log is closed right after its first record (its next open
-        // starts one with the first append), so zeros written now would only be cut again.
-        let config = LogConfig {
-            preallocate_bytes: 0,
-            ..config
-        };
         let event = Event::SessionCreated(SessionCreated { workspace, branch });
         let payload = records::encode(&EventRecordRef {
             sequence: 1,
             event: &event,
         });
-        // The header and `sessionCreated` share one fdatasync.
-        Log::create_with_first(
+        Log::write_unsynced(
             &dir.join("log"),
-            config,
+            &config,
             &[Record {
                 kind: records::KIND_EVENT,
                 payload: &payload,
             }],
         )?;
         Ok(())
+    }
+
+    /// For a Session holding only its `sessionCreated` (as created, files written unsynced):
+    /// its first commit also syncs the log's directory and `parents` (the Session's directory
+    /// and `sessions/`), so nothing of it is acknowledged before its files are reachable.
+    pub(crate) fn sync_names_at_first_commit(&self, parents: Vec<PathBuf>) {
+        self.log.sync_names_at_first_commit(parents);
     }
 
     /// Opens a Session's files with this log configuration (the segment size is a Root option).

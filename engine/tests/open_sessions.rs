@@ -217,7 +217,10 @@ fn a_session_left_synced_reopens_without_a_sync() {
         assert!(!log.join(mark).exists(), "{sid} makes no mark of its own");
     }
     drop(root);
-    assert!(!dir.path().join(mark).exists(), "a clean close removes the Root's mark");
+    assert!(
+        !dir.path().join(mark).exists(),
+        "a clean close removes the Root's mark"
+    );
     let root = Root::open_with(dir.path(), opts()).unwrap();
     let before = syncs();
     send(&root, "a", "op-new", "after a reopen of the Root");

@@ -442,6 +442,9 @@ struct Writer {
     /// sealed when the log was closed): the first sync that makes a record durable also
     /// syncs the directory, so that the segment's name is as durable as its records.
     name_unsynced: bool,
+    /// Directories above the log's own that the sync of an unsynced name also syncs (see
+    /// [`Log::sync_names_at_first_commit`]).
+    name_parents: Vec<PathBuf>,
     poisoned: Option<String>,
 }
 
@@ -1149,6 +1152,7 @@ impl Log {
                 marked,
                 zero_filled: false,
                 name_unsynced: false,
+                name_parents: Vec::new(),
             }),
             commit: Mutex::new(Commit::default()),
             commit_cv: Condvar::new(),
@@ -1363,6 +1367,43 @@ impl Log {
     /// is not poisoned: a handle dropped now leaves nothing that a later open must sync.
     pub fn fully_synced(&self) -> bool {
         lock(&self.shared.writer).fully_synced()
+    }
+
+    /// Writes a new log in `dir` (absent or empty) holding `first` as its first batch, with
+    /// no sync at all and no zero region: its bytes and names reach the disk when the file
+    /// system writes them back, or with the first commit of a handle told to sync its names
+    /// ([`Log::sync_names_at_first_commit`]). For a log whose content the caller can write
+    /// again from a record of its own that is durable (an engine Session's `sessionCreated`,
+    /// which its Root-log record stands for): after a crash its directory may be missing, empty
+    /// or hold a segment whose create was torn (which opens as an empty log), and each of those
+    /// must be taken as that content.
+    pub fn write_unsynced(
+        dir: &Path,
+        config: &LogConfig,
+        first: &[Record<'_>],
+    ) -> Result<Vec<Location>, LogError> {
+        check_config(config)?;
+        let fs = config.file_system();
+        let (frames, locations) = encode_first_batch(first)?;
+        make_empty_dir(fs.as_ref(), dir)?;
+        let path = dir.join(active_name(0));
+        let f = fs
+            .create_new(&path)
+            .map_err(|e| LogError::io(&path, "create", e))?;
+        let mut head = encode_header(ACTIVE_FORMAT, 0).to_vec();
+        head.extend_from_slice(&frames);
+        write_all_at(&*f, &head, 0).map_err(|e| LogError::io(&path, "write", e))?;
+        Ok(locations)
+    }
+
+    /// Tells the log that its directory may not be durably reachable yet (it was written by
+    /// [`Log::write_unsynced`], or its entry in `parents` was renamed without a sync): the
+    /// next commit (or roll) that makes records durable also syncs the log's directory and
+    /// then each of `parents`, before any of its records is acknowledged or published.
+    pub fn sync_names_at_first_commit(&self, parents: Vec<PathBuf>) {
+        let mut w = lock(&self.shared.writer);
+        w.name_unsynced = true;
+        w.name_parents = parents;
     }
 
     /// For a poisoned log about to be dropped and opened again: cuts the newest segment back
@@ -1995,12 +2036,19 @@ impl Shared {
     /// `Writer::name_unsynced`); called after a sync that made records of it durable.
     fn sync_name(&self, w: &mut Writer) -> Result<(), LogError> {
         if w.name_unsynced {
-            self.fs
-                .sync_dir(&self.dir)
+            self.sync_dirs(&w.name_parents)
                 .map_err(|e| LogError::io(&self.dir, "fsync directory", e))?;
             w.name_unsynced = false;
+            w.name_parents = Vec::new();
         }
         Ok(())
+    }
+
+    /// Syncs the log's directory, then each of `parents`.
+    fn sync_dirs(&self, parents: &[PathBuf]) -> std::io::Result<()> {
+        std::iter::once(&self.dir)
+            .chain(parents)
+            .try_for_each(|d| self.fs.sync_dir(d))
     }
 
     /// True when a seal at close was asked for ([`Log::seal_when_closed`]) and the newest
@@ -2224,14 +2272,15 @@ impl Shared {
                     w.seq,
                     w.segment,
                     w.flushed,
-                    w.name_unsynced,
+                    w.name_unsynced.then(|| w.name_parents.clone()),
                 )
             };
             COMMITS_SYNCING.fetch_add(1, Ordering::AcqRel);
             let mut r = file.sync_data();
-            if r.is_ok() && name_unsynced {
-                r = self.fs.sync_dir(&self.dir);
+            if let (Ok(()), Some(parents)) = (&r, &name_unsynced) {
+                r = self.sync_dirs(parents);
             }
+            let name_unsynced = name_unsynced.is_some();
             LAST_COMMIT.store(clock(), Ordering::Release);
             COMMITS_SYNCING.fetch_sub(1, Ordering::AcqRel);
             {
@@ -2239,7 +2288,10 @@ impl Shared {
                 match &r {
                     Ok(()) if w.segment == segment => {
                         w.synced = w.synced.max(written);
-                        w.name_unsynced &= !name_unsynced;
+                        if name_unsynced {
+                            w.name_unsynced = false;
+                            w.name_parents = Vec::new();
+                        }
                     }
                     Ok(()) => {}
                     Err(e) => {
@@ -2378,6 +2430,9 @@ impl Shared {
         w.file
             .sync_data()
             .map_err(|e| LogError::io(&w.path, "fdatasync", e))?;
+        // The old segment's records are durable only once its name (and the directories
+        // above, for a log written unsynced) is.
+        self.sync_name(w)?;
         let old = w.segment;
         let old_len = w.written;
         let new = old

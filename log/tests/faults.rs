@@ -609,14 +609,21 @@ fn a_group_mark_stands_for_each_logs_own() {
     drop(log);
     let (fs, faults) = FaultyFs::new();
     let (log, _) = Log::open_with_fs(&d, under(&group, cfg(1 << 20)), Arc::new(fs)).unwrap();
-    assert_eq!(faults.count(Op::Sync), 0, "a reopen in the process syncs nothing");
+    assert_eq!(
+        faults.count(Op::Sync),
+        0,
+        "a reopen in the process syncs nothing"
+    );
     log.append(&rec(b"two")).unwrap();
     assert!(!own.exists());
     // The writer is killed: its group mark and the log's handle are never dropped.
     std::mem::forget(log);
     std::mem::forget(group);
     let (group, found) = GroupMark::take(dir.path()).unwrap();
-    assert!(found, "the next writer finds the mark and syncs the file system");
+    assert!(
+        found,
+        "the next writer finds the mark and syncs the file system"
+    );
     let (fs, faults) = FaultyFs::new();
     let (log, _) = Log::open_with_fs(&d, under(&group, cfg(1 << 20)), Arc::new(fs)).unwrap();
     assert_eq!(faults.count(Op::Sync), 0, "which stands for the log's sync");
@@ -634,7 +641,10 @@ fn a_group_mark_stands_for_each_logs_own() {
     assert!(!own.exists(), "and removes its mark");
     drop(log);
     group.release();
-    assert!(!group_file.exists(), "released with every log closed and synced");
+    assert!(
+        !group_file.exists(),
+        "released with every log closed and synced"
+    );
     // A bulk import whose drop can neither sync nor mark itself keeps the group mark.
     let (group, found) = GroupMark::take(dir.path()).unwrap();
     assert!(!found, "a released mark is gone");
@@ -651,5 +661,8 @@ fn a_group_mark_stands_for_each_logs_own() {
     assert!(faults.all_fired());
     assert!(!own.exists());
     group.release();
-    assert!(group_file.exists(), "kept: its bytes are covered by nothing else");
+    assert!(
+        group_file.exists(),
+        "kept: its bytes are covered by nothing else"
+    );
 }

@@ -1,0 +1,132 @@
+//! createSession writes the new Session's files without a sync (its Root-log record is the
+//! commit and stands for them): the Session's first commit makes them durable before it is
+//! acknowledged, and a creation whose files a power loss took is made again from the record.
+
+mod common;
+use common::*;
+use logbook_engine::*;
+use logbook_log::io::{FaultyFs, Injected, Op};
+use std::path::Path;
+use std::sync::Arc;
+
+fn send(root: &Root, sid: &str, op: &str, text: &str) -> Result<SendResult, EngineError> {
+    root.send(SendParams {
+        session_id: sid.into(),
+        operation: op.into(),
+        text: text.into(),
+        attachments: vec![],
+    })
+}
+
+/// The kinds of the Session's events, oldest first.
+fn kinds(root: &Root, sid: &str) -> Vec<String> {
+    let rev = root.revision(sid).expect("revision");
+    (1..=rev)
+        .map(|s| {
+            let e = serde_json::to_value(root.read_event(sid, s).expect("event")).expect("json");
+            e["kind"].as_str().expect("kind").to_owned()
+        })
+        .collect()
+}
+
+#[test]
+fn a_creation_syncs_no_session_file_and_the_first_commit_syncs_its_names() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (fs, faults) = FaultyFs::new();
+    let root = Root::open_or_init_with(
+        tmp.path(),
+        RootOptions {
+            log_fs: Some(Arc::new(fs)),
+            ..RootOptions::default()
+        },
+    )
+    .expect("root");
+    let counts = || (faults.count(Op::Sync), faults.count(Op::SyncDir));
+    let before = counts();
+    create(&root, "a");
+    assert_eq!(counts(), before, "no sync of the Session's own files");
+    // The first commit: its fdatasync, then the log's directory, the Session's and
+    // `sessions/`; a failure of any of them fails the commit, which a retry then makes.
+    faults.arm(Op::SyncDir, 2, Injected::Eio);
+    let e = send(&root, "a", "m1", "first").expect_err("sessions/ not synced");
+    assert_eq!(e.kind(), ErrorKind::Io, "{e}");
+    let before = counts();
+    send(&root, "a", "m1", "first").expect("retried");
+    let after = counts();
+    assert_eq!(
+        after.1 - before.1,
+        3,
+        "three directories synced by the retry"
+    );
+    send(&root, "a", "m2", "second").expect("send");
+    assert_eq!(counts().1, after.1, "later commits sync no directory");
+    assert_eq!(
+        kinds(&root, "a"),
+        ["sessionCreated", "userMessage", "userMessage"]
+    );
+}
+
+/// What a power loss can leave of files written without a sync: nothing, a directory without
+/// its log, an empty log directory, a segment cut to nothing or whose header never reached
+/// the disk. Each such Session is made again from its Root-log record; one that had a commit
+/// is reported as damaged instead.
+#[test]
+fn a_creation_whose_files_were_lost_is_made_again() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path();
+    let sessions = dir.join("sessions");
+    let segment = |id: &str| sessions.join(id).join("log/00000000000000000000.active");
+    {
+        let root = root_at(dir);
+        for id in ["gone", "nolog", "emptylog", "cut", "zeros", "used"] {
+            create(&root, id);
+        }
+        send(&root, "used", "m1", "acknowledged").expect("send");
+    }
+    std::fs::remove_dir_all(sessions.join("gone")).expect("rm");
+    std::fs::remove_dir_all(sessions.join("nolog/log")).expect("rm");
+    std::fs::remove_file(segment("emptylog")).expect("rm");
+    std::fs::File::options()
+        .write(true)
+        .open(segment("cut"))
+        .and_then(|f| f.set_len(0))
+        .expect("cut");
+    let len = std::fs::metadata(segment("zeros")).expect("stat").len();
+    std::fs::write(segment("zeros"), vec![0u8; len as usize]).expect("zeros");
+    std::fs::remove_dir_all(sessions.join("used/log")).expect("rm");
+    let root = root_at(dir);
+    for id in ["gone", "nolog", "emptylog", "cut", "zeros"] {
+        assert_eq!(kinds(&root, id), ["sessionCreated"], "{id}");
+        let created = root.read_event(id, 1).expect("event");
+        let json = serde_json::to_value(created).expect("json");
+        assert_eq!(json["workspace"], "/work/space", "{id}: {json}");
+        send(&root, id, "m1", "after").expect("send");
+        assert_eq!(kinds(&root, id), ["sessionCreated", "userMessage"], "{id}");
+    }
+    let e = root
+        .revision("used")
+        .expect_err("a Session with a commit lost its log");
+    assert_eq!(e.kind(), ErrorKind::Corrupt, "{e}");
+    drop(root);
+    // What was made again is durable like any Session after its first commit.
+    let root = root_at(dir);
+    for id in ["gone", "nolog", "emptylog", "cut", "zeros"] {
+        assert_eq!(kinds(&root, id), ["sessionCreated", "userMessage"], "{id}");
+    }
+}
+
+#[test]
+fn a_crash_before_the_rename_leaves_a_whole_session() {
+    // The staging directory is all a crash between the record and the rename leaves.
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path();
+    {
+        let root = root_at(dir);
+        create(&root, "s");
+    }
+    let sessions = dir.join("sessions");
+    std::fs::rename(sessions.join("s"), sessions.join(".staging-s")).expect("unplace");
+    let root = root_at(dir);
+    assert_eq!(kinds(&root, "s"), ["sessionCreated"]);
+    assert!(!Path::new(&sessions.join(".staging-s")).exists());
+}
