@@ -19,7 +19,7 @@ use logbook_engine::*;
 use std::hint::black_box;
 use std::io::Write as _;
 use std::path::Path;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Rows appended to each Session by the ingest pass (the issue's "10 rows per Session").
 const ROWS_PER_SESSION: usize = 10;
@@ -100,8 +100,8 @@ fn du(dir: &Path) -> u64 {
 }
 
 /// Builds a Root of `n` Sessions with `ROWS_PER_SESSION` rows each and prints the one-pass
-/// figures; returns the Root's directory and the JSONL peer's MB/s.
-fn build(n: usize, tmp: &Path) -> (std::path::PathBuf, f64) {
+/// figures; returns the Root's directory.
+fn build(n: usize, tmp: &Path) -> std::path::PathBuf {
     let dir = tmp.join(format!("root-{n}"));
     let root = Root::open_or_init(&dir).expect("root");
     let t = Instant::now();
@@ -128,40 +128,33 @@ fn build(n: usize, tmp: &Path) -> (std::path::PathBuf, f64) {
         .expect("send");
     }
     let first_append = t.elapsed();
-    let batches: Vec<Vec<Event>> = (0..n).map(rows).collect();
+    let mut batches: Vec<Vec<Event>> = (0..n).map(rows).collect();
     let text_bytes: usize = (0..n)
         .flat_map(|s| (0..ROWS_PER_SESSION).map(move |r| row_text(s, r).len()))
         .sum();
-    let t = Instant::now();
-    for (s, events) in batches.into_iter().enumerate() {
-        root.append(AppendParams {
-            session_id: id(s),
-            operation: format!("a-{s}"),
-            events,
-        })
-        .expect("append");
+    // The peer, one JSONL file per Session (one write and one fsync per file), takes turns
+    // with the ingest, `PEER_TURN` Sessions each: this disk's fsync latency drifts severalfold
+    // over seconds, and turns keep the ratio to what both met.
+    let jsonl = tmp.join(format!("jsonl-{n}"));
+    std::fs::create_dir_all(&jsonl).expect("mkdir");
+    let (mut ingest, mut peer) = (Duration::ZERO, Duration::ZERO);
+    for turn in (0..n).step_by(PEER_TURN) {
+        let range = turn..(turn + PEER_TURN).min(n);
+        let t = Instant::now();
+        for s in range.clone() {
+            root.append(AppendParams {
+                session_id: id(s),
+                operation: format!("a-{s}"),
+                events: std::mem::take(&mut batches[s]),
+            })
+            .expect("append");
+        }
+        ingest += t.elapsed();
+        peer += jsonl_files(&jsonl, range);
     }
-    let ingest = t.elapsed();
     let t = Instant::now();
     drop(root);
     let close = t.elapsed();
-    // The peer: one JSONL file per Session, one write and one fsync per file.
-    let jsonl = tmp.join(format!("jsonl-{n}"));
-    std::fs::create_dir_all(&jsonl).expect("mkdir");
-    let t = Instant::now();
-    for s in 0..n {
-        let mut text = String::new();
-        for r in 0..ROWS_PER_SESSION {
-            text.push_str(
-                &serde_json::json!({"type": "assistant", "text": row_text(s, r)}).to_string(),
-            );
-            text.push('\n');
-        }
-        let mut f = std::fs::File::create(jsonl.join(format!("{}.jsonl", id(s)))).expect("file");
-        f.write_all(text.as_bytes()).expect("write");
-        f.sync_all().expect("fsync");
-    }
-    let peer = t.elapsed();
     let t = Instant::now();
     let root = Root::open(&dir).expect("open");
     let page = root
@@ -187,7 +180,28 @@ fn build(n: usize, tmp: &Path) -> (std::path::PathBuf, f64) {
         open.as_secs_f64() * 1e3,
         close.as_secs_f64(),
     );
-    (dir, mb / peer.as_secs_f64())
+    dir
+}
+
+/// Sessions the ingest writes before the JSONL peer takes its turn (see `build`).
+const PEER_TURN: usize = 100;
+
+/// The peer for Sessions `range`: one JSONL file each, written and fsynced; returns the time.
+fn jsonl_files(dir: &Path, range: std::ops::Range<usize>) -> Duration {
+    let t = Instant::now();
+    for s in range {
+        let mut text = String::new();
+        for r in 0..ROWS_PER_SESSION {
+            text.push_str(
+                &serde_json::json!({"type": "assistant", "text": row_text(s, r)}).to_string(),
+            );
+            text.push('\n');
+        }
+        let mut f = std::fs::File::create(dir.join(format!("{}.jsonl", id(s)))).expect("file");
+        f.write_all(text.as_bytes()).expect("write");
+        f.sync_all().expect("fsync");
+    }
+    t.elapsed()
 }
 
 /// A `Write` the bench reads back: the server's answers.
@@ -239,8 +253,9 @@ fn request(id: usize, method: &str, params: &impl serde::Serialize) -> String {
 
 /// Ingest of `n` Sessions of `ROWS_PER_SESSION` rows through `logbook serve` (in process): a
 /// `createSession` and one durable `append` of the rows per Session, sent as one pipelined
-/// stream (Session after Session), beside the JSONL peer's figure measured in `build`.
-fn serve_ingest(n: usize, tmp: &Path, peer_mb_s: f64) {
+/// stream (Session after Session), beside one JSONL file per Session written half right
+/// before the run and half right after.
+fn serve_ingest(n: usize, tmp: &Path) {
     let mut lines = Vec::with_capacity(2 * n);
     let mut text_bytes = 0usize;
     for s in 0..n {
@@ -266,7 +281,13 @@ fn serve_ingest(n: usize, tmp: &Path, peer_mb_s: f64) {
             },
         ));
     }
+    // The peer's files, half of them right before the run and half right after (see `build`).
+    let jsonl = tmp.join(format!("serve-jsonl-{n}"));
+    std::fs::create_dir_all(&jsonl).expect("mkdir");
+    let mut peer = jsonl_files(&jsonl, 0..n / 2);
     let (took, close) = serve_lines(&tmp.join(format!("serve-{n}")), &lines);
+    peer += jsonl_files(&jsonl, n / 2..n);
+    let peer_mb_s = text_bytes as f64 / 1e6 / peer.as_secs_f64();
     let mb = text_bytes as f64 / 1e6;
     println!(
         "root/many_sessions/{n}: over serve, createSession + one durable append of {ROWS_PER_SESSION} rows \
@@ -396,22 +417,28 @@ fn corpus_over_serve(tmp: &Path) {
         batch += 1;
     }
     let dir = tmp.join("corpus-serve");
-    let (took, close) = serve_lines(&dir, &lines);
-    drop(lines);
+    // The peer's files, half of them right before the run and half right after (see `build`).
     let jsonl = tmp.join("corpus-jsonl");
     std::fs::create_dir_all(&jsonl).expect("mkdir");
-    let t = Instant::now();
-    for (s, rows) in &sessions {
-        let mut text = String::new();
-        for r in rows {
-            text.push_str(&r.to_string());
-            text.push('\n');
+    let peer_files = |part: &[(String, Vec<serde_json::Value>)]| {
+        let t = Instant::now();
+        for (s, rows) in part {
+            let mut text = String::new();
+            for r in rows {
+                text.push_str(&r.to_string());
+                text.push('\n');
+            }
+            let mut f = std::fs::File::create(jsonl.join(format!("{s}.jsonl"))).expect("file");
+            f.write_all(text.as_bytes()).expect("write");
+            f.sync_all().expect("fsync");
         }
-        let mut f = std::fs::File::create(jsonl.join(format!("{s}.jsonl"))).expect("file");
-        f.write_all(text.as_bytes()).expect("write");
-        f.sync_all().expect("fsync");
-    }
-    let peer = t.elapsed();
+        t.elapsed()
+    };
+    let half = sessions.len() / 2;
+    let mut peer = peer_files(&sessions[..half]);
+    let (took, close) = serve_lines(&dir, &lines);
+    drop(lines);
+    peer += peer_files(&sessions[half..]);
     let mb = text_bytes as f64 / 1e6;
     println!(
         "root/corpus_over_serve: {} ({} Sessions, {mb:.1} MB of text): durable ingest over serve \
@@ -434,8 +461,8 @@ fn many_sessions(c: &mut Criterion) {
         corpus_over_serve(tmp.path());
     }
     for n in sizes() {
-        let (dir, peer_mb_s) = build(n, tmp.path());
-        serve_ingest(n, tmp.path(), peer_mb_s);
+        let dir = build(n, tmp.path());
+        serve_ingest(n, tmp.path());
         let mut g = c.benchmark_group("root/many_sessions");
         g.sample_size(10);
         g.bench_with_input(

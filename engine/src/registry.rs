@@ -240,8 +240,7 @@ pub(crate) struct Shared {
     /// holds the directory's descriptor only.
     _lock: WriterLock,
     /// The writer's `unsynced` mark, standing for every log of the Root (see
-    /// `logbook_log::GroupMark`); released by the close, before the lock. `None` for a reader,
-    /// or when it could not be made (each log then marks itself).
+    /// `logbook_log::GroupMark`); released by the close, before the lock. `None` for a reader.
     mark: Option<Arc<logbook_log::GroupMark>>,
     pub(crate) root_log: Log,
     pub(crate) registry: Mutex<Registry>,
@@ -583,19 +582,10 @@ impl Shared {
             (WriterLock::unlocked(dir)?, root_log, Default::default())
         } else {
             let lock_file = take_lock(dir)?;
-            // One `unsynced` mark for every log of the Root, taken before any is opened: a mark
-            // left by a writer that died has the file system synced first. A mark that cannot
-            // be made (a full or read-only disk) leaves each log to mark itself.
-            mark = match logbook_log::GroupMark::take(dir) {
-                Ok((m, _)) => Some(m),
-                Err(e)
-                    if e.kind() == logbook_log::ErrorKind::Io
-                        && !dir.join(logbook_log::UNSYNCED_MARK).exists() =>
-                {
-                    None
-                }
-                Err(e) => return Err(e.into()),
-            };
+            // One `unsynced` mark for every log of the Root, taken before any is opened (and
+            // made by the first write): a mark left by a writer that died has the file system
+            // synced first.
+            mark = Some(logbook_log::GroupMark::take(dir)?.0);
             let (root_log, recovery) = Log::open(
                 &dir.join(ROOT_LOG_DIR),
                 LogConfig {

@@ -211,7 +211,10 @@ fn a_session_left_synced_reopens_without_a_sync() {
     }
     // One `unsynced` mark for the Root while it writes, none of the logs' own.
     let mark = logbook_log::UNSYNCED_MARK;
-    assert!(dir.path().join(mark).exists(), "the Root's mark");
+    assert!(
+        dir.path().join(mark).exists(),
+        "the Root's mark, made by its first write"
+    );
     for sid in ["a", "b"] {
         let log = dir.path().join("sessions").join(sid).join("log");
         assert!(!log.join(mark).exists(), "{sid} makes no mark of its own");
@@ -233,4 +236,24 @@ fn a_session_left_synced_reopens_without_a_sync() {
         bodies(&root, "a"),
         ["text 0", "text 2", "after a reopen of the Root"]
     );
+}
+
+/// A Root opened only to read writes nothing: its writer's `unsynced` mark is made by the
+/// first write, so an open, a read and a close leave the Root as they found it.
+#[test]
+fn a_root_that_only_reads_makes_no_mark() {
+    let _turn = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let root = Root::open_or_init_with(dir.path(), options(4)).unwrap();
+        create(&root, "a");
+        send(&root, "a", "op", "text");
+    }
+    let mark = dir.path().join(logbook_log::UNSYNCED_MARK);
+    assert!(!mark.exists(), "removed by the clean close");
+    let root = Root::open_with(dir.path(), options(4)).unwrap();
+    assert_eq!(bodies(&root, "a"), ["text"]);
+    assert!(!mark.exists(), "a read makes no mark");
+    drop(root);
+    assert!(!mark.exists());
 }

@@ -2366,13 +2366,18 @@ impl Shared {
         if w.buf.is_empty() {
             return Ok(());
         }
-        if !w.marked && self.config.group_mark.is_none() {
+        if !w.marked {
             // Before the first byte that no fdatasync covers: a later open sees the mark and
             // syncs (see `open_inner`). Not synced itself: only a killed process leaves bytes
             // in the page cache alone, and then the mark is there as well. A group mark held
-            // while this log is open stands for it.
-            self.make_mark()?;
-            w.marked = true;
+            // while this log is open stands for it (made by the first write under it).
+            match &self.config.group_mark {
+                Some(group) => group.ensure()?,
+                None => {
+                    self.make_mark()?;
+                    w.marked = true;
+                }
+            }
         }
         write_all_at(&*w.file, &w.buf, w.flushed).map_err(|e| LogError::io(&w.path, "write", e))?;
         w.flushed += w.buf.len() as u64;

@@ -11,7 +11,8 @@ use std::sync::Arc;
 /// in place of a mark per log: a process that writes many logs (an engine Root writing
 /// thousands of Sessions) then pays no file creation and removal per log it opens and closes.
 ///
-/// Taken by the one process that writes those logs, before it opens any of them, and
+/// Taken by the one process that writes those logs, before it opens any of them (the file is
+/// made before the first byte any of them writes, so a process that only reads makes none), and
 /// [released](GroupMark::release) by it once every log it wrote is closed or fully synced
 /// (a mark never released stays on disk, which costs the next taker one `syncfs` and loses
 /// nothing). A log whose handle is poisoned or drops with bytes no fdatasync covered (a failed
@@ -24,12 +25,15 @@ pub struct GroupMark {
     path: PathBuf,
     /// Set when a log left bytes unsynced that no mark of its own covers: the mark stays.
     keep: AtomicBool,
+    /// The file is there (made by [`GroupMark::ensure`], or found when taken).
+    made: AtomicBool,
 }
 
 impl GroupMark {
     /// Takes the mark `UNSYNCED_MARK` in `dir` (which must hold, or be on the same file system
     /// as, every log it is to cover). Returns the mark and whether one was there already, in
-    /// which case the file system was synced before this returned.
+    /// which case the file system was synced before this returned. The file itself is made by
+    /// the first write of a log that holds the mark ([`GroupMark::ensure`]).
     pub fn take(dir: &Path) -> Result<(Arc<GroupMark>, bool), LogError> {
         let path = dir.join(UNSYNCED_MARK);
         let found = match std::fs::symlink_metadata(&path) {
@@ -43,35 +47,45 @@ impl GroupMark {
             let d = std::fs::File::open(dir).map_err(|e| LogError::io(dir, "open", e))?;
             rustix::fs::syncfs(&d)
                 .map_err(|e| LogError::io(dir, "syncfs", std::io::Error::from(e)))?;
-        } else {
-            // Not synced: only a killed process leaves bytes in the page cache alone, and then
-            // the page cache holds this name too (see the per-log mark).
-            use rustix::fs::{mknodat, FileType, Mode, CWD};
-            match mknodat(
-                CWD,
-                &path,
-                FileType::RegularFile,
-                Mode::from_raw_mode(0o644),
-                0,
-            ) {
-                Ok(()) => {}
-                Err(e) if e == rustix::io::Errno::EXIST => {}
-                Err(e) => {
-                    return Err(LogError::io(
-                        &path,
-                        "create the unsynced mark",
-                        std::io::Error::from(e),
-                    ))
-                }
-            }
         }
         Ok((
             Arc::new(GroupMark {
                 path,
                 keep: AtomicBool::new(false),
+                made: AtomicBool::new(found),
             }),
             found,
         ))
+    }
+
+    /// Makes the file, once: before the first byte that no fdatasync covers in any log holding
+    /// the mark. Not synced: only a killed process leaves bytes in the page cache alone, and
+    /// then the page cache holds this name too (see the per-log mark). `mknod`, not `open`: a
+    /// write must not need a descriptor (a Root at its descriptor limit keeps writing).
+    pub(crate) fn ensure(&self) -> Result<(), LogError> {
+        if self.made.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        use rustix::fs::{mknodat, FileType, Mode, CWD};
+        match mknodat(
+            CWD,
+            &self.path,
+            FileType::RegularFile,
+            Mode::from_raw_mode(0o644),
+            0,
+        ) {
+            Ok(()) => {}
+            Err(e) if e == rustix::io::Errno::EXIST => {}
+            Err(e) => {
+                return Err(LogError::io(
+                    &self.path,
+                    "create the unsynced mark",
+                    std::io::Error::from(e),
+                ))
+            }
+        }
+        self.made.store(true, Ordering::Release);
+        Ok(())
     }
 
     /// Keeps the mark on disk when it is released (a log left bytes unsynced and could not
@@ -83,7 +97,7 @@ impl GroupMark {
     /// Removes the mark, unless a log asked to keep it. For the taker, once every log opened
     /// with the mark is closed or fully synced (and before another process may take it).
     pub fn release(&self) {
-        if !self.keep.load(Ordering::Acquire) {
+        if self.made.load(Ordering::Acquire) && !self.keep.load(Ordering::Acquire) {
             let _ = std::fs::remove_file(&self.path);
         }
     }

@@ -602,9 +602,10 @@ fn a_group_mark_stands_for_each_logs_own() {
     };
     let (group, found) = GroupMark::take(dir.path()).unwrap();
     assert!(!found, "no writer before");
-    assert!(group_file.exists(), "taken before any log opens");
     let (log, _) = faulty(&d, under(&group, cfg(1 << 20)));
+    assert!(!group_file.exists(), "taken, but nothing written yet");
     log.append(&rec(b"one")).unwrap();
+    assert!(group_file.exists(), "made before the first write");
     assert!(!own.exists(), "the group mark stands for the log's own");
     drop(log);
     let (fs, faults) = FaultyFs::new();
@@ -648,6 +649,11 @@ fn a_group_mark_stands_for_each_logs_own() {
     // A bulk import whose drop can neither sync nor mark itself keeps the group mark.
     let (group, found) = GroupMark::take(dir.path()).unwrap();
     assert!(!found, "a released mark is gone");
+    group.release();
+    assert!(
+        !group_file.exists(),
+        "one never made is not there to release"
+    );
     let bulk = LogConfig {
         durability: Durability::NoSyncBulkImport,
         ..under(&group, cfg(16 << 20))
