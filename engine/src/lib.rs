@@ -29,7 +29,8 @@
 //!
 //! What one Session costs: see "What an open Session costs" in `docs/format.md` (4 descriptors
 //! while open, no thread while idle, 12 KiB on disk when empty, its compressed size once
-//! closed idle).
+//! closed idle). Creating one syncs only its Root-log record; its first commit also syncs its
+//! directories ("Making a Session"). One `unsynced` mark serves every log of the Root.
 //!
 //! Invariants:
 //! - A Session's log is the only truth; indexes and the state checkpoint are derived and are

@@ -33,7 +33,7 @@ impl GroupMark {
     /// Takes the mark `UNSYNCED_MARK` in `dir` (which must hold, or be on the same file system
     /// as, every log it is to cover). Returns the mark and whether one was there already, in
     /// which case the file system was synced before this returned. The file itself is made by
-    /// the first write of a log that holds the mark ([`GroupMark::ensure`]).
+    /// the first write of a log that holds the mark.
     pub fn take(dir: &Path) -> Result<(Arc<GroupMark>, bool), LogError> {
         let path = dir.join(UNSYNCED_MARK);
         let found = match std::fs::symlink_metadata(&path) {
