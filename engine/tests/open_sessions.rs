@@ -257,3 +257,24 @@ fn a_root_that_only_reads_makes_no_mark() {
     drop(root);
     assert!(!mark.exists());
 }
+
+/// A mark left by a writer that died (here made by hand) has the next writer sync the file
+/// system before it opens any log; that writer's clean close then removes it, even when it
+/// only read.
+#[test]
+fn a_mark_left_by_a_writer_that_died_goes_with_the_next_clean_close() {
+    let _turn = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let root = Root::open_or_init_with(dir.path(), options(4)).unwrap();
+        create(&root, "a");
+        send(&root, "a", "op", "text");
+    }
+    let mark = dir.path().join(logbook_log::UNSYNCED_MARK);
+    std::fs::write(&mark, b"").unwrap();
+    let root = Root::open_with(dir.path(), options(4)).unwrap();
+    assert_eq!(bodies(&root, "a"), ["text"]);
+    assert!(mark.exists(), "kept while the Root is open");
+    drop(root);
+    assert!(!mark.exists(), "everything was synced at the open: the close removes it");
+}
