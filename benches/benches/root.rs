@@ -104,16 +104,31 @@ fn du(dir: &Path) -> u64 {
 fn build(n: usize, tmp: &Path) -> std::path::PathBuf {
     let dir = tmp.join(format!("root-{n}"));
     let root = Root::open_or_init(&dir).expect("root");
-    let t = Instant::now();
-    for s in 0..n {
-        root.create_session(CreateSessionParams {
-            session_id: Some(id(s)),
-            workspace: Some("/work/space".into()),
-            operation: format!("c-{s}"),
-        })
-        .expect("create");
+    // Beside each creation, in turns (see the ingest below): the peer's new conversation, an
+    // empty JSONL file created and fsynced.
+    let new_files = tmp.join(format!("jsonl-new-{n}"));
+    std::fs::create_dir_all(&new_files).expect("mkdir");
+    let (mut create, mut peer_create) = (Duration::ZERO, Duration::ZERO);
+    for turn in (0..n).step_by(PEER_TURN) {
+        let range = turn..(turn + PEER_TURN).min(n);
+        let t = Instant::now();
+        for s in range.clone() {
+            root.create_session(CreateSessionParams {
+                session_id: Some(id(s)),
+                workspace: Some("/work/space".into()),
+                operation: format!("c-{s}"),
+            })
+            .expect("create");
+        }
+        create += t.elapsed();
+        let t = Instant::now();
+        for s in range {
+            let f =
+                std::fs::File::create(new_files.join(format!("{}.jsonl", id(s)))).expect("file");
+            f.sync_all().expect("fsync");
+        }
+        peer_create += t.elapsed();
     }
-    let create = t.elapsed();
     drop(root);
     let empty_bytes = du(&dir.join("sessions")) / n as u64;
     let root = Root::open(&dir).expect("reopen");
@@ -165,12 +180,15 @@ fn build(n: usize, tmp: &Path) -> std::path::PathBuf {
     drop(root);
     let mb = text_bytes as f64 / 1e6;
     println!(
-        "root/many_sessions/{n}: create {:.0}/s; first durable append {:.0}/s; \
+        "root/many_sessions/{n}: create {:.0}/s (a new JSONL file with fsync, in turns: {:.0}/s, \
+         {:.2}x); first durable append {:.0}/s; \
          ingest {mb:.1} MB of text {:.1} MB/s vs one JSONL file per Session with fsync {:.1} MB/s \
          ({:.2}x); empty Session {:.1} KiB on disk; Root {:.2}x the text; \
          open + first sessions page {:.1} ms (after a clean close); the Root's close after the \
          ingest {:.2} s",
         n as f64 / create.as_secs_f64(),
+        n as f64 / peer_create.as_secs_f64(),
+        peer_create.as_secs_f64() / create.as_secs_f64(),
         n as f64 / first_append.as_secs_f64(),
         mb / ingest.as_secs_f64(),
         mb / peer.as_secs_f64(),

@@ -276,5 +276,8 @@ fn a_mark_left_by_a_writer_that_died_goes_with_the_next_clean_close() {
     assert_eq!(bodies(&root, "a"), ["text"]);
     assert!(mark.exists(), "kept while the Root is open");
     drop(root);
-    assert!(!mark.exists(), "everything was synced at the open: the close removes it");
+    assert!(
+        !mark.exists(),
+        "everything was synced at the open: the close removes it"
+    );
 }

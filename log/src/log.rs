@@ -85,7 +85,8 @@ pub struct LogConfig {
     /// With [`Durability::Sync`], the newest segment is zero-filled ahead of the write
     /// position, so that commit fdatasyncs overwrite allocated blocks and need no journal
     /// commit. Each time appends reach the end of the zeros one step is added (made durable by
-    /// the commit that needed it, together with that batch): the
+    /// the commit that needed it, together with that batch; not for a handle's first batch
+    /// into a segment without zeros, which extends the file by itself): the
     /// first is [`PREALLOCATE_FIRST_BYTES`] (or this, if smaller), each later one twice the
     /// previous, at most this. Never past `segment_bytes_max`; 0 turns it off. The unused
     /// zeros are given back when the log is dropped and when a segment rolls. Not used by
@@ -2341,6 +2342,14 @@ impl Shared {
     fn ensure_room(&self, w: &mut Writer, batch_len: u64) -> Result<(), LogError> {
         let needed = w.written + batch_len;
         if !w.preallocates || needed <= w.file_end {
+            return Ok(());
+        }
+        if w.seq == 0 && w.file_end <= w.written {
+            // A handle's first batch finds no zeros (the log was closed, which gave them
+            // back): the batch extends the file, a journal commit either way. Zeros written
+            // now would be written, synced and given back again by a handle that appends once
+            // and closes (a host writing to many Sessions in turn); the region starts with
+            // the second batch, which shows the log is being written to.
             return Ok(());
         }
         let step = self.config.prealloc_next(w.prealloc_step);
