@@ -1115,7 +1115,7 @@ fn build(
     let config = LogConfig {
         durability: Durability::NoSyncBulkImport,
         preallocate_bytes: 0,
-        ..sh.log_config()
+        ..staged_log_config(sh)
     };
     let mut log = BulkWriter::create(&staging.join("log"), &config)?;
     // The indexes and the checkpoint are built as the records are written (what a replay of
@@ -1296,11 +1296,11 @@ fn build(
     // The Session opens where it was built (the replay checks every record and builds the
     // indexes and the checkpoint), with its diagnostics.
     {
-        let diags = Arc::new(DiagLog::new(staging, sh.log_config(), false));
+        let diags = Arc::new(DiagLog::new(staging, staged_log_config(sh), false));
         let s = Session::open_with(
             id,
             staging,
-            sh.log_config(),
+            staged_log_config(sh),
             None,
             sh.options.progress.clone(),
             Arc::clone(&diags),
@@ -1328,4 +1328,15 @@ fn build(
     std::fs::remove_dir_all(&incoming).map_err(|e| EngineError::io(&incoming, "remove", e))?;
     crate::fsutil::sync_dir(staging)?;
     Ok(())
+}
+
+/// The Root's log configuration for the logs an import writes in its staging directory,
+/// without the Root's `unsynced` mark: each marks itself, inside the staging directory, so
+/// that an import refused half way leaves the Root's own files as they were (the staging
+/// directory goes, marks and all); an accepted one is synced whole before it is committed.
+fn staged_log_config(sh: &Shared) -> LogConfig {
+    LogConfig {
+        group_mark: None,
+        ..sh.log_config()
+    }
 }

@@ -369,7 +369,12 @@ fn damaged_truncated_foreign_and_newer_bundles_change_nothing() {
     let dst_dir = tmp.path().join("b");
     let dst = root_at(&dst_dir);
     create(&dst, "other");
+    // Opened again: nothing written by this process yet, so not even the writer's `unsynced`
+    // mark is there, and a refused import must not make it (its staging logs mark themselves).
+    drop(dst);
+    let dst = Root::open(&dst_dir).expect("reopen");
     let before = tree(&dst_dir);
+    assert!(!before.iter().any(|f| f == logbook_log::UNSYNCED_MARK));
     let refuse = |bytes: &[u8], what: &str| {
         let e = import(&dst, bytes, None, "imp").expect_err(what);
         assert!(
