@@ -133,7 +133,6 @@ fn fold(bits: &[u8]) -> Vec<u8> {
 }
 
 /// Which docs a postings source must return for the query.
-#[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Plan {
     /// Folded query of 3+ bytes: docs holding all its trigrams.
     AllOf(Vec<u32>),

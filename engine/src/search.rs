@@ -114,24 +114,6 @@ fn every_row(row: u64, first: u64, end: u64) -> Vec<u32> {
     (doc(row)..doc(to)).collect()
 }
 
-/// Most candidates a [`Window`] keeps (512 KiB): a postings source of more is collected
-/// again by each page that resumes in it.
-pub(crate) const WINDOW_CANDIDATES_MAX: usize = 1 << 16;
-
-/// The candidates of one postings source that a Root-wide search collected from the
-/// source's first row up to row `top`, ascending, under `plan`. A page that stops inside the
-/// source leaves them here, and the next page, resuming lower in the same source, takes its
-/// part of them instead of collecting them again (each page walks its window newest row
-/// first, so every page would otherwise collect from the source's first row). Rows never
-/// change once written, and candidates are a superset of the rows that match, so a window
-/// stays right for every row up to `top` whatever was appended or indexed since.
-pub(crate) struct Window {
-    pub(crate) plan: Plan,
-    pub(crate) first: u64,
-    pub(crate) top: u64,
-    pub(crate) candidates: Vec<u64>,
-}
-
 /// Where candidates for a run of rows come from.
 pub(crate) enum Source<'a> {
     Tail(&'a Tail),

@@ -47,7 +47,7 @@ use crate::journal::Journal;
 use crate::params::Position;
 use crate::registry::{Shared, SESSIONS_DIR};
 use crate::search::SEARCH_PAGE_LOOKUPS_MAX;
-use crate::search::{row_key, Page, Plan, Window, CANDIDATE_BATCH, WINDOW_CANDIDATES_MAX};
+use crate::search::{row_key, Page, Plan, CANDIDATE_BATCH};
 use crate::session::Session;
 use crate::sync::lock;
 use base64::Engine as _;
@@ -746,8 +746,6 @@ impl Session {
                 }
             }
             at_row = None;
-            // Past this source: the next page does not resume in it.
-            *lock(&self.search_window) = None;
             hi = first.checked_sub(1);
             if let Some(below) = hi {
                 let seq = row_key(self, &inner, below)?.0;
@@ -820,14 +818,6 @@ impl Session {
         } else {
             self.source_of(inner, tail, top, n)?.1
         };
-        {
-            let kept = lock(&self.search_window);
-            let w = kept.as_ref();
-            if let Some(w) = w.filter(|w| w.first == first && top <= w.top && w.plan == *plan) {
-                let k = w.candidates.partition_point(|&r| r <= top);
-                return Ok((first, w.candidates[..k].to_vec()));
-            }
-        }
         let mut out = Vec::new();
         let mut row = first;
         loop {
@@ -835,29 +825,18 @@ impl Session {
             let (f, end, docs) = self.candidate_batch(inner, plan, tail, row, n)?;
             debug_assert_eq!(f, first, "one source");
             let full = docs.len() == CANDIDATE_BATCH;
-            let mut done = !full;
             for d in docs {
                 let r = f + u64::from(d);
                 if r > top || r >= end {
-                    done = true;
-                    break;
+                    return Ok((first, out));
                 }
                 out.push(r);
             }
             match out.last() {
-                Some(&last) if !done && last < top => row = last + 1,
-                _ => break,
+                Some(&last) if full && last < top => row = last + 1,
+                _ => return Ok((first, out)),
             }
         }
-        if out.len() <= WINDOW_CANDIDATES_MAX {
-            *lock(&self.search_window) = Some(Window {
-                plan: plan.clone(),
-                first,
-                top,
-                candidates: out.clone(),
-            });
-        }
-        Ok((first, out))
     }
 }
 

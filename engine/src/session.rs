@@ -631,9 +631,6 @@ pub(crate) struct Session {
     /// The Root's use counter at this Session's last use: the open-Session cache closes the
     /// least recently used first (see `Shared::make_room`).
     last_use: AtomicU64,
-    /// The candidates a Root-wide search last collected in one postings source of this
-    /// Session, for its next page (see [`crate::search::Window`]).
-    pub(crate) search_window: Mutex<Option<crate::search::Window>>,
     /// A layered fork's source (the object its base reads through), so that the fork is
     /// opened again with a fresh source when the source must be (see `needs_reopen`).
     source: Option<Arc<Session>>,
@@ -837,7 +834,6 @@ impl Session {
             appended_bytes: AtomicU64::new(0),
             failed: AtomicBool::new(false),
             last_use: AtomicU64::new(0),
-            search_window: Mutex::new(None),
             source,
             read_only,
             followed: Mutex::new(Followed::default()),
