@@ -649,14 +649,7 @@ fn create_segment_with(
     step: u64,
     frames: &[u8],
 ) -> Result<(Arc<dyn IoFile>, PathBuf, u64), LogError> {
-    let path = dir.join(active_name(n));
-    let f = fs
-        .create_new(&path)
-        .map_err(|e| LogError::io(&path, "create", e))?;
-    let mut head = encode_header(ACTIVE_FORMAT, n).to_vec();
-    head.extend_from_slice(frames);
-    write_all_at(&*f, &head, 0).map_err(|e| LogError::io(&path, "write", e))?;
-    let len = head.len() as u64;
+    let (f, path, len) = create_segment_unsynced(fs, dir, n, frames)?;
     let file_end = config.prealloc_target(len, step).max(len);
     zero_fill(&*f, len, file_end).map_err(|e| LogError::io(&path, "preallocate", e))?;
     f.sync_data()
@@ -666,20 +659,24 @@ fn create_segment_with(
     Ok((f, path, file_end))
 }
 
-/// Creates segment `n` holding only its header, with no sync and no zero region (see the
-/// open that starts a segment after a sealed one). Returns the file, its path and its length.
+/// Creates segment `n` holding its header and `frames` (encoded for offset `HEADER_BYTES` on),
+/// with no sync and no zero region (the open that starts a segment after a sealed one,
+/// [`Log::write_unsynced`], and the first step of [`create_segment_with`]). Returns the file,
+/// its path and its length.
 fn create_segment_unsynced(
     fs: &dyn FileSystem,
     dir: &Path,
     n: u64,
+    frames: &[u8],
 ) -> Result<(Arc<dyn IoFile>, PathBuf, u64), LogError> {
     let path = dir.join(active_name(n));
     let f = fs
         .create_new(&path)
         .map_err(|e| LogError::io(&path, "create", e))?;
-    write_all_at(&*f, &encode_header(ACTIVE_FORMAT, n), 0)
-        .map_err(|e| LogError::io(&path, "write", e))?;
-    Ok((f, path, HEADER_BYTES))
+    let mut head = encode_header(ACTIVE_FORMAT, n).to_vec();
+    head.extend_from_slice(frames);
+    write_all_at(&*f, &head, 0).map_err(|e| LogError::io(&path, "write", e))?;
+    Ok((f, path, head.len() as u64))
 }
 
 /// The bytes `batch` takes as frames, after checking each record and the whole against
@@ -1031,7 +1028,7 @@ impl Log {
                 let n = last.checked_add(1).ok_or_else(|| {
                     LogError::corrupt(dir.join(sealed_name(last)), 0, "segment numbers exhausted")
                 })?;
-                let (f, p, file_end) = create_segment_unsynced(&*fs, dir, n)?;
+                let (f, p, file_end) = create_segment_unsynced(&*fs, dir, n, &[])?;
                 name_unsynced = true;
                 segments.insert(
                     n,
@@ -1387,13 +1384,7 @@ impl Log {
         let fs = config.file_system();
         let (frames, locations) = encode_first_batch(first)?;
         make_empty_dir(fs.as_ref(), dir)?;
-        let path = dir.join(active_name(0));
-        let f = fs
-            .create_new(&path)
-            .map_err(|e| LogError::io(&path, "create", e))?;
-        let mut head = encode_header(ACTIVE_FORMAT, 0).to_vec();
-        head.extend_from_slice(&frames);
-        write_all_at(&*f, &head, 0).map_err(|e| LogError::io(&path, "write", e))?;
+        create_segment_unsynced(&*fs, dir, 0, &frames)?;
         Ok(locations)
     }
 
@@ -2107,12 +2098,7 @@ impl Shared {
     /// a descriptor the Session does not hold already, as a Root under a low descriptor limit
     /// keeps its Sessions open).
     fn make_mark(&self) -> Result<(), LogError> {
-        let p = self.dir.join(UNSYNCED_MARK);
-        match self.fs.create_empty(&p) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-            Err(e) => Err(LogError::io(&p, "create the unsynced mark", e)),
-        }
+        crate::mark::make_mark_file(&*self.fs, &self.dir.join(UNSYNCED_MARK))
     }
 
     /// Under a group mark, a handle that leaves bytes no fdatasync covered (poisoned, or

@@ -2,6 +2,7 @@
 //! mark").
 
 use crate::error::LogError;
+use crate::io::{FileSystem, RealFs};
 use crate::log::UNSYNCED_MARK;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -66,24 +67,7 @@ impl GroupMark {
         if self.made.load(Ordering::Acquire) {
             return Ok(());
         }
-        use rustix::fs::{mknodat, FileType, Mode, CWD};
-        match mknodat(
-            CWD,
-            &self.path,
-            FileType::RegularFile,
-            Mode::from_raw_mode(0o644),
-            0,
-        ) {
-            Ok(()) => {}
-            Err(e) if e == rustix::io::Errno::EXIST => {}
-            Err(e) => {
-                return Err(LogError::io(
-                    &self.path,
-                    "create the unsynced mark",
-                    std::io::Error::from(e),
-                ))
-            }
-        }
+        make_mark_file(&RealFs, &self.path)?;
         self.made.store(true, Ordering::Release);
         Ok(())
     }
@@ -100,5 +84,16 @@ impl GroupMark {
         if self.made.load(Ordering::Acquire) && !self.keep.load(Ordering::Acquire) {
             let _ = std::fs::remove_file(&self.path);
         }
+    }
+}
+
+/// Creates the empty mark file at `path` without opening it (`mknod`: no descriptor, so it
+/// works at the process's descriptor limit); one already there is fine. Not synced (see
+/// [`GroupMark::ensure`]).
+pub(crate) fn make_mark_file(fs: &dyn FileSystem, path: &Path) -> Result<(), LogError> {
+    match fs.create_empty(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(LogError::io(path, "create the unsynced mark", e)),
     }
 }
