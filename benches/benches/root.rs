@@ -108,27 +108,22 @@ fn build(n: usize, tmp: &Path) -> std::path::PathBuf {
     // empty JSONL file created and fsynced.
     let new_files = tmp.join(format!("jsonl-new-{n}"));
     std::fs::create_dir_all(&new_files).expect("mkdir");
-    let (mut create, mut peer_create) = (Duration::ZERO, Duration::ZERO);
-    for turn in (0..n).step_by(PEER_TURN) {
-        let range = turn..(turn + PEER_TURN).min(n);
-        let t = Instant::now();
-        for s in range.clone() {
+    let (create, peer_create) = in_turns(
+        n,
+        |s| {
             root.create_session(CreateSessionParams {
                 session_id: Some(id(s)),
                 workspace: Some("/work/space".into()),
                 operation: format!("c-{s}"),
             })
             .expect("create");
-        }
-        create += t.elapsed();
-        let t = Instant::now();
-        for s in range {
+        },
+        |s| {
             let f =
                 std::fs::File::create(new_files.join(format!("{}.jsonl", id(s)))).expect("file");
             f.sync_all().expect("fsync");
-        }
-        peer_create += t.elapsed();
-    }
+        },
+    );
     drop(root);
     let empty_bytes = du(&dir.join("sessions")) / n as u64;
     let root = Root::open(&dir).expect("reopen");
@@ -152,21 +147,18 @@ fn build(n: usize, tmp: &Path) -> std::path::PathBuf {
     // over seconds, and turns keep the ratio to what both met.
     let jsonl = tmp.join(format!("jsonl-{n}"));
     std::fs::create_dir_all(&jsonl).expect("mkdir");
-    let (mut ingest, mut peer) = (Duration::ZERO, Duration::ZERO);
-    for turn in (0..n).step_by(PEER_TURN) {
-        let range = turn..(turn + PEER_TURN).min(n);
-        let t = Instant::now();
-        for s in range.clone() {
+    let (ingest, peer) = in_turns(
+        n,
+        |s| {
             root.append(AppendParams {
                 session_id: id(s),
                 operation: format!("a-{s}"),
                 events: std::mem::take(&mut batches[s]),
             })
             .expect("append");
-        }
-        ingest += t.elapsed();
-        peer += jsonl_files(&jsonl, range);
-    }
+        },
+        |s| jsonl_file(&jsonl, s),
+    );
     let t = Instant::now();
     drop(root);
     let close = t.elapsed();
@@ -204,21 +196,44 @@ fn build(n: usize, tmp: &Path) -> std::path::PathBuf {
 /// Sessions the ingest writes before the JSONL peer takes its turn (see `build`).
 const PEER_TURN: usize = 100;
 
-/// The peer for Sessions `range`: one JSONL file each, written and fsynced; returns the time.
+/// Runs `ours` and `peer` for Sessions `0..n`, taking turns `PEER_TURN` Sessions each (see
+/// `build`); returns the time each took in all.
+fn in_turns(
+    n: usize,
+    mut ours: impl FnMut(usize),
+    mut peer: impl FnMut(usize),
+) -> (Duration, Duration) {
+    let (mut a, mut b) = (Duration::ZERO, Duration::ZERO);
+    for turn in (0..n).step_by(PEER_TURN) {
+        let range = turn..(turn + PEER_TURN).min(n);
+        let t = Instant::now();
+        range.clone().for_each(&mut ours);
+        a += t.elapsed();
+        let t = Instant::now();
+        range.for_each(&mut peer);
+        b += t.elapsed();
+    }
+    (a, b)
+}
+
+/// The peer for Session `s`: one JSONL file, written and fsynced.
+fn jsonl_file(dir: &Path, s: usize) {
+    let mut text = String::new();
+    for r in 0..ROWS_PER_SESSION {
+        text.push_str(
+            &serde_json::json!({"type": "assistant", "text": row_text(s, r)}).to_string(),
+        );
+        text.push('\n');
+    }
+    let mut f = std::fs::File::create(dir.join(format!("{}.jsonl", id(s)))).expect("file");
+    f.write_all(text.as_bytes()).expect("write");
+    f.sync_all().expect("fsync");
+}
+
+/// [`jsonl_file`] for each of Sessions `range`; returns the time.
 fn jsonl_files(dir: &Path, range: std::ops::Range<usize>) -> Duration {
     let t = Instant::now();
-    for s in range {
-        let mut text = String::new();
-        for r in 0..ROWS_PER_SESSION {
-            text.push_str(
-                &serde_json::json!({"type": "assistant", "text": row_text(s, r)}).to_string(),
-            );
-            text.push('\n');
-        }
-        let mut f = std::fs::File::create(dir.join(format!("{}.jsonl", id(s)))).expect("file");
-        f.write_all(text.as_bytes()).expect("write");
-        f.sync_all().expect("fsync");
-    }
+    range.for_each(|s| jsonl_file(dir, s));
     t.elapsed()
 }
 

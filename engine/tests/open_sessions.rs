@@ -238,11 +238,8 @@ fn a_session_left_synced_reopens_without_a_sync() {
     );
 }
 
-/// A Root opened only to read writes nothing: its writer's `unsynced` mark is made by the
-/// first write, so an open, a read and a close leave the Root as they found it.
-#[test]
-fn a_root_that_only_reads_makes_no_mark() {
-    let _turn = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+/// A Root with Session "a" holding one message, closed; and where its `unsynced` mark goes.
+fn closed_root_with_one_message() -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     {
         let root = Root::open_or_init_with(dir.path(), options(4)).unwrap();
@@ -250,6 +247,15 @@ fn a_root_that_only_reads_makes_no_mark() {
         send(&root, "a", "op", "text");
     }
     let mark = dir.path().join(logbook_log::UNSYNCED_MARK);
+    (dir, mark)
+}
+
+/// A Root opened only to read writes nothing: its writer's `unsynced` mark is made by the
+/// first write, so an open, a read and a close leave the Root as they found it.
+#[test]
+fn a_root_that_only_reads_makes_no_mark() {
+    let _turn = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let (dir, mark) = closed_root_with_one_message();
     assert!(!mark.exists(), "removed by the clean close");
     let root = Root::open_with(dir.path(), options(4)).unwrap();
     assert_eq!(bodies(&root, "a"), ["text"]);
@@ -264,13 +270,7 @@ fn a_root_that_only_reads_makes_no_mark() {
 #[test]
 fn a_mark_left_by_a_writer_that_died_goes_with_the_next_clean_close() {
     let _turn = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let dir = tempfile::tempdir().unwrap();
-    {
-        let root = Root::open_or_init_with(dir.path(), options(4)).unwrap();
-        create(&root, "a");
-        send(&root, "a", "op", "text");
-    }
-    let mark = dir.path().join(logbook_log::UNSYNCED_MARK);
+    let (dir, mark) = closed_root_with_one_message();
     std::fs::write(&mark, b"").unwrap();
     let root = Root::open_with(dir.path(), options(4)).unwrap();
     assert_eq!(bodies(&root, "a"), ["text"]);
