@@ -14,7 +14,8 @@
 //!    kinds and payloads), `state` (derived facts and the checkpoint), `layer` (a fork's state
 //!    at its fence), `filter` (trigram filters and query plans), `postings` (a Session's
 //!    search index: postings per segment, which reads the Session's rows through the
-//!    `IndexedSession` trait the Session implements), `catalog` (the listing facts
+//!    `IndexedSession` trait the Session implements), `index_pool` (the threads every
+//!    Session's search index shares for background work), `catalog` (the listing facts
 //!    of a Session, the catalog snapshot, and `catalog::Activity` through which a
 //!    Session reports its commits upwards), `journal`, `blobs`, `fsutil`, `sync`, `progress`.
 //! 2. **One Session**: `session` (log, indexes, state, mutations), `history` (pages,
@@ -95,6 +96,7 @@ mod filter;
 pub mod fork;
 mod fsutil;
 mod history;
+mod index_pool;
 mod journal;
 pub mod json;
 mod layer;

@@ -288,21 +288,19 @@ impl SavedTail {
     }
 }
 
-/// The search index of one Session. Appends hand their rows to a worker thread (started by
-/// an append that finds none running), which indexes them while the appender goes on and
-/// ends once the queue stayed empty for [`WORKER_IDLE_LINGER`]: a Root with thousands of
-/// Sessions does not keep a thread for each. A search first waits for the worker to finish
-/// what is queued, so it always sees every row appended before it.
+/// The search index of one Session. Appends queue their rows, and a task on the process's
+/// index pool ([`crate::index_pool`]) indexes what is queued while the appenders go on: a
+/// Root with thousands of Sessions shares a few threads. A search first waits for the queue
+/// to be indexed, so it always sees every row appended before it.
 pub(crate) struct SearchIndex {
     shared: Arc<Shared>,
-    worker: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 type SealedMap = HashMap<u64, Arc<Sealed>>;
 
-/// Finished segments' postings being written by background threads before a roll waits for
-/// the oldest: bounds the builders held in memory on a slow disk.
-const WRITERS_MAX: usize = 2;
+/// Finished segments' postings of one Session being written in the background before a
+/// roll writes the next one itself: bounds the builders held in memory on a slow disk.
+const WRITES_PENDING_MAX: usize = 2;
 
 /// What the worker and the Session share.
 pub(crate) struct Shared {
@@ -312,8 +310,8 @@ pub(crate) struct Shared {
     read_only: bool,
     tail: RwLock<Option<Tail>>,
     sealed: Arc<Mutex<SealedMap>>,
-    /// Threads writing finished segments' postings files (see [`Shared::roll`]).
-    writers: Mutex<VecDeque<std::thread::JoinHandle<()>>>,
+    /// Finished segments' postings files queued or being written (see [`Shared::roll`]).
+    writes: Arc<Pending>,
     queue: Mutex<Queue>,
     /// Signalled whenever `queue` changes.
     changed: Condvar,
@@ -334,9 +332,10 @@ struct Queue {
     busy: bool,
     /// The index is being dropped: the worker finishes `jobs`, then stops.
     closed: bool,
-    /// A worker thread is running (or being started) and will take every job queued while
-    /// this is set: it clears this under the queue lock only when it found `jobs` empty, and
-    /// whoever queues a job with this clear starts the next worker.
+    /// A worker (a task on the index pool, or the appender when there is no pool thread) is
+    /// queued or running and will take every job queued while this is set: it clears this
+    /// under the queue lock only when it found `jobs` empty, and whoever queues a job with
+    /// this clear queues the next worker.
     running: bool,
     /// The row the next job must start at to go to the worker: the end of the last job
     /// queued, or of the tail when nothing is queued. `None` sends appends down the
@@ -355,10 +354,38 @@ struct Job {
 /// Appends queued for the worker before the next one waits (backpressure on bulk imports).
 const QUEUE_JOBS_MAX: usize = 4;
 
-/// How long a worker with nothing queued waits for more before its thread ends: long enough
-/// that back-to-back appends to one Session keep one thread, short enough that a host
-/// touching many Sessions in turn has only the last few's threads alive.
-pub(crate) const WORKER_IDLE_LINGER: std::time::Duration = std::time::Duration::from_millis(5);
+/// A count of background writes and the condition their end signals.
+#[derive(Default)]
+struct Pending {
+    count: Mutex<usize>,
+    done: Condvar,
+}
+
+impl Pending {
+    fn lock(&self) -> std::sync::MutexGuard<'_, usize> {
+        self.count.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Counts one more write unless `max` are pending.
+    fn try_start(&self, max: usize) -> bool {
+        let mut n = self.lock();
+        let start = *n < max;
+        *n += usize::from(start);
+        start
+    }
+
+    fn finish(&self) {
+        *self.lock() -= 1;
+        self.done.notify_all();
+    }
+
+    fn wait_none(&self) {
+        let mut n = self.lock();
+        while *n > 0 {
+            n = self.done.wait(n).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
 
 /// Reads events for index building, remembering the last one (a completion has many rows).
 struct Reader<'a, S: IndexedSession> {
@@ -505,11 +532,10 @@ impl SearchIndex {
                 read_only,
                 tail: RwLock::new(None),
                 sealed: Arc::new(Mutex::new(HashMap::new())),
-                writers: Mutex::new(VecDeque::new()),
+                writes: Arc::default(),
                 queue: Mutex::new(Queue::default()),
                 changed: Condvar::new(),
             }),
-            worker: Mutex::new(None),
         }
     }
 
@@ -533,25 +559,26 @@ impl SearchIndex {
         }
         {
             let mut guard = self.tail.write().unwrap_or_else(|p| p.into_inner());
-            self.catch_up_or_load(session, &mut guard)?;
+            self.catch_up_or_load(session, &mut guard, u64::MAX)?;
         }
         Ok(self.tail.read().unwrap_or_else(|p| p.into_inner()))
     }
 
-    /// Catches the tail up with every row the Session holds, loading it first when there is
-    /// none; on failure leaves no tail (it is rebuilt on next use).
+    /// Catches the tail up with every row the Session holds below `until`, loading it first
+    /// when there is none; on failure leaves no tail (it is rebuilt on next use).
     fn catch_up_or_load<S: IndexedSession>(
         &self,
         session: &S,
         tail: &mut Option<Tail>,
+        until: u64,
     ) -> Result<(), EngineError> {
         if tail.as_ref().is_some_and(Tail::is_damaged) {
             *tail = None;
         }
         let inner = session.rows();
         let r = match tail.as_mut() {
-            Some(t) => self.catch_up(session, &inner, t),
-            None => self.load(session, &inner).map(|t| *tail = Some(t)),
+            Some(t) => self.catch_up(session, &inner, t, until),
+            None => self.load(session, &inner, until).map(|t| *tail = Some(t)),
         };
         if r.is_err() {
             *tail = None;
@@ -559,8 +586,13 @@ impl SearchIndex {
         r
     }
 
-    /// Builds the tail from the active segment's rows.
-    fn load<S: IndexedSession>(&self, session: &S, inner: &S::Rows) -> Result<Tail, EngineError> {
+    /// Builds the tail from the active segment's rows below `until`.
+    fn load<S: IndexedSession>(
+        &self,
+        session: &S,
+        inner: &S::Rows,
+        until: u64,
+    ) -> Result<Tail, EngineError> {
         let total = inner.row_count();
         let mut segment = session.log().end().segment;
         // A layered fork's base rows are indexed by its source (see `Session::search`).
@@ -581,7 +613,7 @@ impl SearchIndex {
             tail.base = Some(base);
             tail.saved = tail.covered;
         }
-        self.catch_up(session, inner, &mut tail)?;
+        self.catch_up(session, inner, &mut tail, until)?;
         Ok(tail)
     }
 
@@ -722,14 +754,16 @@ impl SearchIndex {
             .collect()
     }
 
-    /// Indexes rows `[tail.covered, inner.row_count())`, reading their events from the log.
+    /// Indexes rows `[tail.covered, min(inner.row_count(), until))`, reading their events
+    /// from the log.
     fn catch_up<S: IndexedSession>(
         &self,
         session: &S,
         inner: &S::Rows,
         tail: &mut Tail,
+        until: u64,
     ) -> Result<(), EngineError> {
-        let total = inner.row_count();
+        let total = inner.row_count().min(until);
         if tail.covered >= total {
             return Ok(());
         }
@@ -763,9 +797,10 @@ impl SearchIndex {
 
     /// Called after an append's events are in the log and in `inner` (its rows are
     /// `[first_row, end_row)`). Queues them for the worker when the tail (with what is
-    /// queued) ends at `first_row`; otherwise indexes synchronously, loading or catching up
-    /// the tail from the log. Never fails the append: on trouble the tail is dropped and
-    /// rebuilt on next use.
+    /// queued) ends at `first_row`. Otherwise (the first append after an open, or after
+    /// trouble) loads or catches up the tail from the log first, up to `first_row` only, so
+    /// that the append's own rows are still indexed by the worker. Never fails the append: on
+    /// trouble the tail is dropped and rebuilt on next use.
     pub(crate) fn appended<S: IndexedSession>(
         &self,
         session: &S,
@@ -774,75 +809,58 @@ impl SearchIndex {
         events: Vec<Arc<Event>>,
         locs: &[Location],
     ) {
-        {
-            let mut q = self.queue_lock();
-            while q.next_row == Some(first_row) && q.jobs.len() >= QUEUE_JOBS_MAX {
-                q = self.changed.wait(q).unwrap_or_else(|p| p.into_inner());
-            }
-            if q.next_row == Some(first_row) && !q.closed {
-                q.jobs.push_back(Job {
-                    first_row,
-                    end_row,
-                    events,
-                    locs: locs.to_vec(),
-                });
-                q.next_row = Some(end_row);
-                let start = !q.running;
-                q.running = true;
-                drop(q);
-                self.changed.notify_all();
-                if start {
-                    self.start_worker();
-                }
-                return;
-            }
-        }
+        let job = Job {
+            first_row,
+            end_row,
+            events,
+            locs: locs.to_vec(),
+        };
+        let Err(job) = self.queue_job(job) else {
+            return;
+        };
         self.wait_idle();
-        let mut guard = self.tail.write().unwrap_or_else(|p| p.into_inner());
-        match guard.as_mut() {
-            Some(t) if t.covered == first_row => {
-                if self.add_events(t, &events, locs).is_err() {
-                    *guard = None;
-                }
-            }
-            _ => {
-                // An error leaves no tail; the next search rebuilds it.
-                let _ = self.catch_up_or_load(session, &mut guard);
-            }
+        let covered = {
+            let mut guard = self.tail.write().unwrap_or_else(|p| p.into_inner());
+            let _ = self.catch_up_or_load(session, &mut guard, first_row);
+            guard.as_ref().map(|t| t.covered)
+        };
+        // Nothing is queued (appends to a Session come one at a time), so the next job must
+        // start where the tail ends; a search may have caught it up past this append already.
+        self.queue_lock().next_row = covered.filter(|&c| c == first_row || c >= end_row);
+        if covered == Some(first_row) {
+            // Cannot fail: `next_row` is `first_row` and the queue is empty.
+            let _ = self.queue_job(job);
         }
-        let next = guard.as_ref().map(|t| t.covered).filter(|&c| c == end_row);
-        self.queue_lock().next_row = next;
     }
 
-    /// Starts a worker; the caller set `running` (so no other worker runs).
+    /// Queues `job` for the worker when it starts where the tail and the jobs queued before
+    /// it end (waiting while [`QUEUE_JOBS_MAX`] are queued); gives it back otherwise.
+    fn queue_job(&self, job: Job) -> Result<(), Job> {
+        let mut q = self.queue_lock();
+        while q.next_row == Some(job.first_row) && q.jobs.len() >= QUEUE_JOBS_MAX {
+            q = self.changed.wait(q).unwrap_or_else(|p| p.into_inner());
+        }
+        if q.next_row != Some(job.first_row) || q.closed {
+            return Err(job);
+        }
+        q.next_row = Some(job.end_row);
+        q.jobs.push_back(job);
+        let start = !q.running;
+        q.running = true;
+        drop(q);
+        self.changed.notify_all();
+        if start {
+            self.start_worker();
+        }
+        Ok(())
+    }
+
+    /// Queues a worker on the index pool; the caller set `running` (so no other worker runs).
+    /// Without a pool thread, indexes the queued jobs here.
     fn start_worker(&self) {
-        let mut worker = self.worker.lock().unwrap_or_else(|p| p.into_inner());
         let shared = Arc::clone(&self.shared);
-        let spawned = std::thread::Builder::new()
-            .name("logbook-search-index".into())
-            .spawn(move || shared.work());
-        match spawned {
-            Ok(h) => {
-                // The previous worker cleared `running` before it ended: this join is short.
-                if let Some(old) = worker.replace(h) {
-                    let _ = old.join();
-                }
-            }
-            // No thread: index the queued jobs here and keep appends synchronous.
-            Err(_) => {
-                drop(worker);
-                loop {
-                    while self.shared.work_one() {}
-                    let mut q = self.queue_lock();
-                    // A job queued meanwhile saw `running` set and started no worker.
-                    if q.jobs.is_empty() {
-                        q.running = false;
-                        q.next_row = None;
-                        break;
-                    }
-                }
-                self.changed.notify_all();
-            }
+        if let Err(worker) = crate::index_pool::submit(Box::new(move || shared.work())) {
+            worker();
         }
     }
 
@@ -941,16 +959,11 @@ impl Shared {
         tail.first_row = tail.covered;
     }
 
-    /// Writes the in-memory postings `sealed` of `segment` on a thread of its own, which then
-    /// puts the mapped file in the map in its place (unless a rebuild replaced it meanwhile).
-    /// A roll with [`WRITERS_MAX`] writers running waits for the oldest, and dropping the
-    /// index waits for all; without a thread, writes here.
+    /// Writes the in-memory postings `sealed` of `segment` on the index pool, which then puts
+    /// the mapped file in the map in its place (unless a rebuild replaced it meanwhile). With
+    /// [`WRITES_PENDING_MAX`] writes pending, or without a pool thread, writes here; dropping
+    /// the index waits for every pending write.
     fn write_in_background(&self, segment: u64, sealed: Arc<Sealed>) {
-        let mut writers = self.writers_lock();
-        while writers.len() >= WRITERS_MAX {
-            let oldest = writers.pop_front().expect("not empty");
-            let _ = oldest.join();
-        }
         let job = WriteJob {
             map: Arc::clone(&self.sealed),
             dir: self.dir.clone(),
@@ -958,31 +971,18 @@ impl Shared {
             segment,
             sealed,
         };
-        let fallback = job.clone();
-        let spawned = std::thread::Builder::new()
-            .name("logbook-search-write".into())
-            .spawn(move || {
-                logbook_log::background_thread();
-                job.run()
-            });
-        match spawned {
-            Ok(h) => writers.push_back(h),
-            Err(_) => {
-                drop(writers);
-                fallback.run();
-            }
+        if !self.writes.try_start(WRITES_PENDING_MAX) {
+            job.run();
+            return;
         }
-    }
-
-    fn writers_lock(&self) -> std::sync::MutexGuard<'_, VecDeque<std::thread::JoinHandle<()>>> {
-        self.writers.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Joins the threads writing finished segments' postings.
-    fn join_writers(&self) {
-        let writers = std::mem::take(&mut *self.writers_lock());
-        for h in writers {
-            let _ = h.join();
+        let writes = Arc::clone(&self.writes);
+        let task = Box::new(move || {
+            // Counted down even if the write panics (a bug): dropping the index waits for it.
+            let _end = EndWrite(writes);
+            job.run();
+        });
+        if let Err(task) = crate::index_pool::submit(task) {
+            task();
         }
     }
 
@@ -1069,31 +1069,18 @@ impl Shared {
         }
     }
 
-    /// The worker: indexes queued jobs until none came for [`WORKER_IDLE_LINGER`] or the
-    /// index is dropped.
+    /// The worker: indexes queued jobs until there are none.
     fn work(&self) {
         loop {
-            {
-                let mut q = self.queue_lock();
-                let deadline = std::time::Instant::now() + WORKER_IDLE_LINGER;
-                while q.jobs.is_empty() && !q.closed {
-                    let now = std::time::Instant::now();
-                    if now >= deadline {
-                        break;
-                    }
-                    q = self
-                        .changed
-                        .wait_timeout(q, deadline - now)
-                        .unwrap_or_else(|p| p.into_inner())
-                        .0;
-                }
-                if q.jobs.is_empty() {
-                    // Under the queue lock: a job queued after this starts a new worker.
-                    q.running = false;
-                    return;
-                }
+            while self.work_one() {}
+            let mut q = self.queue_lock();
+            // Under the queue lock: a job queued after this queues a new worker.
+            if q.jobs.is_empty() {
+                q.running = false;
+                drop(q);
+                self.changed.notify_all();
+                return;
             }
-            self.work_one();
         }
     }
 
@@ -1141,20 +1128,24 @@ impl Shared {
 
 impl Drop for SearchIndex {
     fn drop(&mut self) {
-        self.queue_lock().closed = true;
-        self.changed.notify_all();
-        let worker = self
-            .worker
-            .get_mut()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
-        if let Some(h) = worker {
-            // The worker finishes the queued jobs.
-            let _ = h.join();
+        // The worker finishes the queued jobs (the pool holds what it needs of them), then
+        // every finished segment's postings file is written (its rolls may have queued some).
+        let mut q = self.queue_lock();
+        q.closed = true;
+        while q.running {
+            q = self.changed.wait(q).unwrap_or_else(|p| p.into_inner());
         }
-        // Then every finished segment's postings file is written (the worker's rolls may
-        // have started writers until it stopped).
-        self.join_writers();
+        drop(q);
+        self.writes.wait_none();
+    }
+}
+
+/// Counts a background write as ended when dropped.
+struct EndWrite(Arc<Pending>);
+
+impl Drop for EndWrite {
+    fn drop(&mut self) {
+        self.0.finish();
     }
 }
 

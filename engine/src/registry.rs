@@ -252,6 +252,10 @@ pub(crate) struct Shared {
     /// Most Sessions kept open: [`RootOptions::open_sessions_max`], lowered when the process
     /// ran out of descriptors with fewer open.
     open_max: AtomicUsize,
+    /// The memory the open Sessions held when last summed, and the opens since (see
+    /// [`Shared::make_room`]).
+    resident: AtomicU64,
+    opens_since_resident: AtomicUsize,
     pub(crate) blobs: BlobStore,
     pub(crate) ids: IdGen,
     /// Commits and new Sessions in order, for Root-wide searches (see `crate::journal`).
@@ -667,6 +671,8 @@ impl Shared {
             opened: Mutex::new(Vec::new()),
             uses: AtomicU64::new(0),
             open_max: AtomicUsize::new(open_max),
+            resident: AtomicU64::new(0),
+            opens_since_resident: AtomicUsize::new(0),
             stop: Mutex::new(false),
             stop_signal: Condvar::new(),
             reservation_ended: Condvar::new(),
@@ -874,13 +880,24 @@ impl Shared {
     /// Makes room in the cache for one more open Session: closes the least recently used
     /// idle Sessions while the open ones number [`RootOptions::open_sessions_max`] or hold
     /// more than [`OPEN_SESSIONS_BYTES_MAX`]. Sessions in use stay open even past the budget.
+    ///
+    /// Their memory is summed (two locks of each open Session) once per eighth of the open
+    /// Sessions opened, and at every open while over the budget: a Session grows by being
+    /// used, not by being opened, and a sum at every open made a host cycling through many
+    /// Sessions pay for all the open ones at each.
     pub(crate) fn make_room(&self) {
-        // Counted outside the cache lock: each count takes a Session's own locks.
-        let sessions = self.open_sessions();
-        let open = sessions.len();
-        let bytes: u64 = sessions.iter().map(|s| s.resident_bytes()).sum();
-        // These references would make every Session look in use to `close_idle`.
-        drop(sessions);
+        let open = lock(&self.opened).len();
+        let since = self.opens_since_resident.fetch_add(1, Ordering::AcqRel) + 1;
+        let mut bytes = self.resident.load(Ordering::Acquire);
+        if since * 8 >= open || bytes > OPEN_SESSIONS_BYTES_MAX {
+            // Counted outside the cache lock: each count takes a Session's own locks.
+            let sessions = self.open_sessions();
+            bytes = sessions.iter().map(|s| s.resident_bytes()).sum();
+            // These references would make every Session look in use to `close_idle`.
+            drop(sessions);
+            self.resident.store(bytes, Ordering::Release);
+            self.opens_since_resident.store(0, Ordering::Release);
+        }
         let max = self.open_max.load(Ordering::Acquire);
         if open < max && bytes <= OPEN_SESSIONS_BYTES_MAX {
             return;
