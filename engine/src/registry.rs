@@ -413,8 +413,15 @@ pub(crate) fn encode_header() -> [u8; ROOT_HEADER_BYTES] {
 
 pub(crate) fn check_header(dir: &Path) -> Result<(), EngineError> {
     let path = dir.join(HEADER_FILE);
-    let bytes = match std::fs::read(&path) {
-        Ok(b) => b,
+    // One read (no `fstat` for a size, no second read for the end): a regular file reads
+    // short only at its end, and a longer file fills the one byte more and is refused.
+    let mut buf = [0u8; ROOT_HEADER_BYTES + 1];
+    let read = std::fs::File::open(&path).and_then(|mut f| {
+        use std::io::Read;
+        f.read(&mut buf)
+    });
+    let bytes = match read {
+        Ok(n) => &buf[..n],
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             return Err(EngineError::not_found(format!(
                 "Logbook Root at {} (no {HEADER_FILE}); create one with init on an absent or empty directory",

@@ -1542,9 +1542,14 @@ fn write_sealed(
 /// zeros: a segment created without a sync (`create_segment_unsynced`) whose bytes never
 /// reached the disk, though its name and length did. Reads the file only when its first bytes
 /// are not the header.
-fn zeros_only(f: &dyn IoFile, path: &Path, len: u64, header: &[u8]) -> Result<bool, LogError> {
-    let mut head = [0u8; HEADER_BYTES as usize];
-    read_exact_at(f, &mut head, 0).map_err(|e| LogError::io(path, "read", e))?;
+/// True when the segment holds only zeros; `head` is its first [`HEADER_BYTES`], already read.
+fn zeros_only(
+    f: &dyn IoFile,
+    path: &Path,
+    len: u64,
+    head: &[u8],
+    header: &[u8],
+) -> Result<bool, LogError> {
     if head == header || head.iter().any(|b| *b != 0) {
         return Ok(false);
     }
@@ -1578,8 +1583,12 @@ fn recover_newest(
         ));
     }
     let header = encode_header(ACTIVE_FORMAT, n);
+    let mut head = [0u8; HEADER_BYTES as usize];
+    if len >= HEADER_BYTES {
+        read_exact_at(f, &mut head, 0).map_err(|e| LogError::io(path, "read", e))?;
+    }
     if len < HEADER_BYTES
-        || (referenced.is_none() && mark.is_none() && zeros_only(f, path, len, &header)?)
+        || (referenced.is_none() && mark.is_none() && zeros_only(f, path, len, &head, &header)?)
     {
         let data = read_all(f, path, len.min(HEADER_BYTES))?;
         // A crash while the segment was being created: its header never became durable.
@@ -1593,8 +1602,6 @@ fn recover_newest(
             .map_err(|e| LogError::io(path, "fdatasync", e))?;
         return Ok((HEADER_BYTES, HEADER_BYTES, ACTIVE_FORMAT.version));
     }
-    let mut head = [0u8; HEADER_BYTES as usize];
-    read_exact_at(f, &mut head, 0).map_err(|e| LogError::io(path, "read", e))?;
     let version = check_header_versions(path, &head, ACTIVE_FORMAT, ACTIVE_VERSION_OLDEST, n)?;
     let zeros = version >= ACTIVE_VERSION_PREALLOCATED;
     let resumed = match mark.filter(|m| (HEADER_BYTES..len).contains(m)) {
