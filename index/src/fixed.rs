@@ -633,7 +633,13 @@ impl FixedIndex {
     /// the entries are partitioned by `pred` (all true, then all false). Each entry looked
     /// at is checked as [`FixedIndex::get`] checks it.
     pub fn partition_point(&self, mut pred: impl FnMut(&[u8]) -> bool) -> Result<u64, IndexError> {
-        let (mut lo, mut hi) = (0u64, self.len());
+        let len = self.len();
+        // A point past the last entry (a read at the head of a Session, the usual case) takes
+        // one probe, not a search touching a page of the map per step.
+        if len == 0 || pred(self.get(len - 1)?.expect("len - 1 < len")) {
+            return Ok(len);
+        }
+        let (mut lo, mut hi) = (0u64, len - 1);
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
             if pred(self.get(mid)?.expect("mid < len")) {

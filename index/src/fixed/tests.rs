@@ -334,12 +334,12 @@ fn every_entry_bit_flip_is_refused_when_read_with_its_offset() {
             for other in (0..4u64).filter(|&o| o != entry as u64) {
                 assert_eq!(ix.get(other).unwrap(), Some(&self::entry(other, width)[..]));
             }
-            // Binary searches over 4 entries look at 2, 3 (all true) and 2, 1, 0 (all false):
-            // each fails exactly when it meets the damaged entry.
+            // Searches over 4 entries look at 3 (all true: past the last) and 3, 1, 0 (all
+            // false): each fails exactly when it meets the damaged entry.
             let upward = ix.partition_point(|_| true);
-            assert_eq!(upward.is_err(), entry >= 2, "byte {byte} bit {bit}");
+            assert_eq!(upward.is_err(), entry == 3, "byte {byte} bit {bit}");
             let downward = ix.partition_point(|_| false);
-            assert_eq!(downward.is_err(), entry <= 2, "byte {byte} bit {bit}");
+            assert_eq!(downward.is_err(), entry != 2, "byte {byte} bit {bit}");
         }
     }
     // Entries swapped (each intact on its own) are refused too: the checksum binds the index.
