@@ -1150,7 +1150,6 @@ impl Drop for EndWrite {
 }
 
 /// A finished segment's in-memory postings to write out (see [`Shared::roll`]).
-#[derive(Clone)]
 struct WriteJob {
     map: Arc<Mutex<SealedMap>>,
     dir: PathBuf,
