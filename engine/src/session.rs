@@ -882,20 +882,21 @@ impl Session {
     }
 
     /// Cuts the indexes back to what the checkpoint covers and returns where to scan from
-    /// (`None` = from the start; `Some((loc, r))` = after the covered event at `loc`, whose
-    /// receipts from entry `r` on are checked against the log's instead of being cut).
+    /// (`None` = from the start; `Some((loc, r, last))` = after the covered event at `loc`,
+    /// whose receipts from entry `r` on are checked against the log's instead of being cut;
+    /// `last` when that event is the log's last record, so there is nothing to scan).
     fn resume_point(
         log: &Log,
         inner: &mut Inner,
         fresh_index: bool,
         cover: crate::state::Coverage,
-    ) -> Result<Option<(Location, u64)>, EngineError> {
+    ) -> Result<Option<(Location, u64, bool)>, EngineError> {
         let c = inner.state.revision;
         let own = c.saturating_sub(inner.seq_base());
         // A layered fork's checkpoint must cover at least one own event: the resume point is
         // an event of the own log. An index entry read here that fails its checksum makes
         // the indexes untrusted like a missing file does: they are rebuilt from the log.
-        let resume = || -> Result<Option<(Location, u64, u64)>, IndexError> {
+        let resume = || -> Result<Option<(Location, u64, u64, bool)>, IndexError> {
             if own == 0
                 || fresh_index
                 || inner.seq.len() < own
@@ -907,9 +908,13 @@ impl Session {
             let Some(loc_c) = inner.location(c)? else {
                 return Ok(None);
             };
-            if loc_c >= log.end() || !Self::is_event_at(log, loc_c, c) {
+            let end = log.end();
+            if loc_c >= end {
                 return Ok(None);
             }
+            let Some(next) = Self::after_event_at(log, loc_c, c) else {
+                return Ok(None);
+            };
             let keep_rows = match Self::rows_covered(inner, c, cover.rows)? {
                 Some(n) => n,
                 None => inner.rows_through(c)? - inner.row_base(),
@@ -920,15 +925,15 @@ impl Session {
             let keep_receipts = inner
                 .receipts
                 .partition_point(|e| entry_loc(e, 8) <= loc_c)?;
-            Ok(Some((loc_c, keep_rows, keep_receipts)))
+            Ok(Some((loc_c, keep_rows, keep_receipts, next == end)))
         };
-        let Some((loc_c, keep_rows, keep_receipts)) = resume().ok().flatten() else {
+        let Some((loc_c, keep_rows, keep_receipts, last)) = resume().ok().flatten() else {
             inner.start_over()?;
             return Ok(None);
         };
         inner.seq.truncate(own)?;
         inner.rows.truncate(keep_rows)?;
-        Ok(Some((loc_c, keep_receipts)))
+        Ok(Some((loc_c, keep_receipts, last)))
     }
 
     /// The checkpoint's own row count `rows` when the row index agrees that it ends at event
@@ -946,31 +951,38 @@ impl Session {
         Ok((before && after).then_some(rows))
     }
 
-    fn is_event_at(log: &Log, loc: Location, sequence: u64) -> bool {
+    /// Where the record after event `sequence` starts, when the record at `loc` is that event.
+    fn after_event_at(log: &Log, loc: Location, sequence: u64) -> Option<Location> {
         // Borrowed from the log's bytes: only the first field is looked at.
-        match log.reader().read(loc) {
+        match log.reader().read_next(loc) {
             // The sequence is the record's first field: the event itself need not be decoded
             // (the record's CRC was checked by the read).
-            Ok(r) if r.kind == records::KIND_EVENT => {
-                postcard::take_from_bytes::<u64>(r.payload).is_ok_and(|(s, _)| s == sequence)
+            Ok((r, next)) if r.kind == records::KIND_EVENT => {
+                postcard::take_from_bytes::<u64>(r.payload)
+                    .is_ok_and(|(s, _)| s == sequence)
+                    .then_some(next)
             }
-            _ => false,
+            _ => None,
         }
     }
 
-    fn replay_tail(&self, from: Option<(Location, u64)>) -> Result<(), EngineError> {
+    fn replay_tail(&self, from: Option<(Location, u64, bool)>) -> Result<(), EngineError> {
         match from {
-            Some((loc, r)) => self.replay(loc, true, Some(r)),
-            None => self.replay(self.log.start(), false, Some(0)),
+            // The covered event is the log's last record (a Session closed cleanly): nothing
+            // to take in, only receipt entries the log does not hold to cut.
+            Some((_, r, true)) => self.replay(None, true, Some(r)),
+            Some((loc, r, false)) => self.replay(Some(loc), true, Some(r)),
+            None => self.replay(Some(self.log.start()), false, Some(0)),
         }
     }
 
     /// Takes the log's records from `start` on into the indexes and state (skipping the one
-    /// at `start` when `skip_first`: it is covered already); receipts are compared with the
-    /// index's from entry `receipt_at` on (`None`: appended after the ones it holds).
+    /// at `start` when `skip_first`: it is covered already; `None`: no record to take in);
+    /// receipts are compared with the index's from entry `receipt_at` on (`None`: appended
+    /// after the ones it holds).
     fn replay(
         &self,
-        start: Location,
+        start: Option<Location>,
         skip_first: bool,
         receipt_at: Option<u64>,
     ) -> Result<(), EngineError> {
@@ -986,15 +998,17 @@ impl Session {
                 .saturating_mul(segment_bytes)
                 .saturating_add(l.offset)
         };
-        let origin = pos(start);
+        let end = self.log.end();
+        let origin = pos(start.unwrap_or(end));
         let mut task = self.progress.task(
             || format!("rebuilding the indexes of Session {}", self.id),
-            pos(self.log.end()).saturating_sub(origin),
+            pos(end).saturating_sub(origin),
             ProgressUnit::Bytes,
         );
         // A replay may pass over the whole log (a rebuild, an import): it streams, so the
         // blocks it reads neither fill the shared block cache nor stay mapped.
-        for (n, item) in self.log.streaming_scan(start).enumerate() {
+        let scan = start.map(|s| self.log.streaming_scan(s));
+        for (n, item) in scan.into_iter().flatten().enumerate() {
             let (loc, record, _) = item?;
             if n == 0 && skip_first {
                 continue;
@@ -1881,7 +1895,7 @@ impl Session {
             return Ok(());
         }
         let first = self.read().state.revision + 1;
-        if let Err(e) = self.replay(followed.end, false, None) {
+        if let Err(e) = self.replay(Some(followed.end), false, None) {
             // Part of the new records may be in the indexes: this object is out of service,
             // and the next call opens the Session again.
             self.failed.store(true, Ordering::Release);

@@ -283,6 +283,12 @@ impl fmt::Debug for Reader<'_> {
 impl Reader<'_> {
     /// Reads the record that starts at `at`.
     pub fn read(&mut self, at: Location) -> Result<RecordRef<'_>, LogError> {
+        Ok(self.read_next(at)?.0)
+    }
+
+    /// Reads the record that starts at `at`, with the location right after it in its segment
+    /// (equal to [`Log::end`] when it is the log's last record).
+    pub fn read_next(&mut self, at: Location) -> Result<(RecordRef<'_>, Location), LogError> {
         let stale = match &self.cur {
             Some((n, _, bound)) => *n != at.segment || at.offset >= *bound,
             None => true,
@@ -302,7 +308,11 @@ impl Reader<'_> {
             self.log
                 .shared
                 .read_record(seg, at.segment, at.offset, *bound, &mut self.st)?;
-        Ok(frame.record)
+        let next = Location {
+            segment: at.segment,
+            offset: frame.next,
+        };
+        Ok((frame.record, next))
     }
 }
 
@@ -1937,9 +1947,16 @@ fn settle_closed_seal(key: DirKey) {
 /// directory tree over to another (the engine releasing a Root's lock) calls it first, so no
 /// seal of this process touches the tree afterwards.
 pub fn settle_closed_seals(dir: &Path, wait_max: Duration) {
-    let deadline = Instant::now() + wait_max;
     let under = |d: &Path| d.starts_with(dir);
     let mut pool = lock(&SEAL_POOL);
+    let pending = |pool: &SealPool| {
+        pool.closed.iter().any(|c| under(&c.dir)) || pool.closing.iter().any(|(_, d)| under(d))
+    };
+    if !pending(&pool) {
+        // The usual case (a Root closed with no seal of its own left): no clock, no wake-up.
+        return;
+    }
+    let deadline = Instant::now() + wait_max;
     pool.hurry.push(dir.to_path_buf());
     SEAL_POOL_CV.notify_all();
     loop {
