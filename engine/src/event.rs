@@ -680,6 +680,17 @@ pub enum RowKind {
 }
 
 impl RowKind {
+    /// The kind's name on the wire (`user`, `assistant`, `toolCall`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RowKind::User => "user",
+            RowKind::Assistant => "assistant",
+            RowKind::ToolCall => "toolCall",
+            RowKind::ToolResult => "toolResult",
+            RowKind::Interaction => "interaction",
+        }
+    }
+
     /// The on-disk code in the row index (format.md).
     pub(crate) fn code(self) -> u8 {
         match self {
@@ -925,6 +936,19 @@ pub fn rows_of(event: &Event) -> Rows<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn row_kind_names_are_the_wire_names() {
+        for k in [
+            RowKind::User,
+            RowKind::Assistant,
+            RowKind::ToolCall,
+            RowKind::ToolResult,
+            RowKind::Interaction,
+        ] {
+            assert_eq!(serde_json::to_value(k).expect("encode"), k.as_str());
+        }
+    }
 
     fn postcard<T: Serialize>(v: &T) -> Vec<u8> {
         postcard::to_allocvec(v).expect("encode")

@@ -874,28 +874,63 @@ fn run_command(ctx: &Ctx, command: Command) -> Result<(), ApiError> {
             backward,
             all,
         } => {
-            let direction = if backward { "backward" } else { "forward" };
-            let mut after = Value::Null;
-            let mut through = through.map(Value::from).unwrap_or(Value::Null);
             // `--limit` rows in pages of at most what one page holds (all of them with --all).
             let mut left = if all { u64::MAX } else { u64::from(limit) };
-            while left > 0 {
-                let page = left.min(u64::from(logbook_engine::PAGE_ROWS_MAX));
-                let v = ctx.call(
-                    "history",
-                    json!({"sessionId": session, "through": through, "after": after,
-                           "limit": page, "direction": direction}),
-                )?;
-                ctx.print(&v, show::rows);
-                left = left.saturating_sub(v["rows"].as_array().map_or(0, |r| r.len() as u64));
-                through = v["through"].clone();
-                after = v["nextAfter"].clone();
-                if after.is_null() {
-                    break;
+            let page_rows = |left: u64| left.min(u64::from(logbook_engine::PAGE_ROWS_MAX)) as u32;
+            if ctx.json {
+                let direction = if backward { "backward" } else { "forward" };
+                let mut after = Value::Null;
+                let mut through = through.map(Value::from).unwrap_or(Value::Null);
+                while left > 0 {
+                    let v = ctx.call(
+                        "history",
+                        json!({"sessionId": session, "through": through, "after": after,
+                               "limit": page_rows(left), "direction": direction}),
+                    )?;
+                    println!("{v}");
+                    left = left.saturating_sub(v["rows"].as_array().map_or(0, |r| r.len() as u64));
+                    through = v["through"].clone();
+                    after = v["nextAfter"].clone();
+                    if after.is_null() {
+                        break;
+                    }
                 }
-            }
-            if !ctx.json && !after.is_null() {
-                println!("(more rows: --all shows every one, --limit N the next N)");
+            } else {
+                // Rows printed from the engine's borrowed rows: a page is neither copied nor
+                // written as JSON and parsed back just to print a line per row.
+                let mut p = logbook_engine::HistoryParams {
+                    session_id: session,
+                    through,
+                    after: None,
+                    limit: None,
+                    anchor: None,
+                    direction: Some(if backward {
+                        logbook_engine::Direction::Backward
+                    } else {
+                        logbook_engine::Direction::Forward
+                    }),
+                };
+                let mut out = String::new();
+                while left > 0 {
+                    p.limit = Some(page_rows(left));
+                    out.clear();
+                    let mut n = 0u64;
+                    let end = ctx.host.root().history_each(p.clone(), |row| {
+                        n += 1;
+                        show::row(&mut out, &row);
+                    })?;
+                    // The page printed whole: one write, not one per row.
+                    print!("{out}");
+                    left = left.saturating_sub(n);
+                    p.through = Some(end.through);
+                    p.after = end.next_after;
+                    if p.after.is_none() {
+                        break;
+                    }
+                }
+                if p.after.is_some() {
+                    println!("(more rows: --all shows every one, --limit N the next N)");
+                }
             }
         }
         Command::Search {

@@ -44,10 +44,13 @@ pub fn contents(text: &str) -> std::borrow::Cow<'_, str> {
 
 /// A one-line preview of a text: first line, at most `max` characters, printable.
 pub fn preview(text: &str, max: usize) -> String {
-    let line = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
-    let short: String = line.chars().take(max).collect();
+    // Looks at the first two non-blank lines only: a long body is not walked to its end.
+    let mut lines = text.lines().filter(|l| !l.trim().is_empty());
+    let line = lines.next().unwrap_or("");
+    let mut chars = line.chars();
+    let short: String = chars.by_ref().take(max).collect();
     let mut out = printable(&short, false).into_owned();
-    if line.chars().count() > max || text.lines().filter(|l| !l.trim().is_empty()).count() > 1 {
+    if chars.next().is_some() || lines.next().is_some() {
         out.push('…');
     }
     out
@@ -148,43 +151,40 @@ pub fn verify(v: &Value) {
     }
 }
 
-pub fn rows(v: &Value) {
+/// One history row as a line of `logbook history`: position, kind, invocation, the tool's
+/// name for a call, and a preview of its main text.
+pub fn row(out: &mut String, row: &logbook_engine::RowRef<'_>) {
     use std::fmt::Write as _;
-    // The page printed whole: one write, not one per row (standard output is line buffered).
-    let mut out = String::new();
-    for row in v["rows"].as_array().into_iter().flatten() {
-        let pos = &row["position"];
-        let fields = row["fields"].as_object();
-        let text = fields
-            .and_then(|f| {
-                ["body", "arguments", "thinking", "name"]
-                    .iter()
-                    .find_map(|k| f.get(*k))
-            })
-            .and_then(|f| f["text"].as_str())
-            .unwrap_or("");
-        let name = fields
-            .and_then(|f| f.get("name"))
-            .and_then(|f| f["text"].as_str())
-            .map(|n| format!("{} ", printable(n, false)))
-            .unwrap_or_default();
-        // The invocation, so that `fork --turn` can be given one from what is shown.
-        let invocation = row["invocation"]
-            .as_str()
-            .map(|i| format!("[{}] ", printable(i, false)))
-            .unwrap_or_default();
-        let _ = writeln!(
-            out,
-            "{:>6}.{:<3} {:<11} {}{}{}",
-            pos["sourceSequence"],
-            pos["itemIndex"],
-            row["kind"].as_str().unwrap_or(""),
-            invocation,
-            name,
-            preview(text, 100)
-        );
+    let (mut text, mut name) = (None, None);
+    // The main text: the first of these the row has.
+    let mut rank = usize::MAX;
+    for (field, f) in row.fields() {
+        if field == "name" {
+            name = Some(f.text);
+        }
+        if let Some(r) = ["body", "arguments", "thinking", "name"]
+            .iter()
+            .position(|k| *k == field)
+            .filter(|r| *r < rank)
+        {
+            rank = r;
+            text = Some(f.text);
+        }
     }
-    print!("{out}");
+    let name = name
+        .map(|n| format!("{} ", printable(n, false)))
+        .unwrap_or_default();
+    let _ = writeln!(
+        out,
+        "{:>6}.{:<3} {:<11} [{}] {}{}",
+        row.position.source_sequence,
+        row.position.item_index,
+        row.kind.as_str(),
+        // The invocation, so that `fork --turn` can be given one from what is shown.
+        printable(row.invocation, false),
+        name,
+        preview(text.unwrap_or(""), 100)
+    );
 }
 
 pub fn hits(ctx: &Ctx, session: &str, v: &Value) {
