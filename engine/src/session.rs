@@ -747,6 +747,19 @@ impl Session {
     ) -> Result<Session, EngineError> {
         let seq_path = dir.join("seq.idx");
         let seq_opened = open_index(&seq_path, SEQ_TAG, SEQ_ENTRY_BYTES, read_only);
+        // No `seq.idx` (a Session never checkpointed, or one whose index was lost or refused):
+        // `seq.idx` and `row.idx` are rebuilt from the log and kept in memory until the first
+        // checkpoint gives them files (see `sync_and_checkpoint`), so a small Session has
+        // neither. `receipt.idx` is written as before: its receipts are the evidence that a
+        // batch was acknowledged (`Session::referenced`, the registry's `lost_creation`).
+        let in_memory = !read_only && seq_opened.is_none();
+        let fresh = |path: &Path, tag, width| {
+            if in_memory {
+                Ok(FixedIndex::empty_detached(path, tag, width)?)
+            } else {
+                fresh_index(path, tag, width, read_only)
+            }
+        };
         let receipt_path = dir.join("receipt.idx");
         let receipts_found = open_index(&receipt_path, RECEIPT_TAG, RECEIPT_ENTRY_BYTES, read_only);
         let referenced = if config.durability == Durability::Sync && !read_only {
@@ -780,21 +793,17 @@ impl Session {
         let cut = crate::params::CutNote::of(Some(id), &recovery);
         let (seq, f1) = match seq_found {
             Some(ix) => (ix, false),
-            None => (
-                fresh_index(&seq_path, SEQ_TAG, SEQ_ENTRY_BYTES, read_only)?,
-                true,
-            ),
+            None => (fresh(&seq_path, SEQ_TAG, SEQ_ENTRY_BYTES)?, true),
         };
         let rows_path = dir.join("row.idx");
-        let (rows, f2) =
-            match open_index(&rows_path, ROW_TAG, ROW_ENTRY_BYTES, read_only).filter(whole) {
-                Some(ix) => (ix, false),
-                // Missing, damaged, foreign, torn: derived data, so start it over.
-                None => (
-                    fresh_index(&rows_path, ROW_TAG, ROW_ENTRY_BYTES, read_only)?,
-                    true,
-                ),
-            };
+        let rows_found = (!in_memory)
+            .then(|| open_index(&rows_path, ROW_TAG, ROW_ENTRY_BYTES, read_only))
+            .flatten();
+        let (rows, f2) = match rows_found.filter(whole) {
+            Some(ix) => (ix, false),
+            // Missing, damaged, foreign, torn: derived data, so start it over.
+            None => (fresh(&rows_path, ROW_TAG, ROW_ENTRY_BYTES)?, true),
+        };
         let (receipts, f3) = match receipts_found.filter(whole) {
             Some(ix) => (ix, false),
             None => (
@@ -2062,14 +2071,28 @@ impl Session {
     }
 
     fn sync_and_checkpoint(&self, mark: &mut SyncMark, want_ckpt: bool) -> Result<(), EngineError> {
+        if want_ckpt && self.read().seq.is_detached() {
+            // `seq.idx` and `row.idx`, kept in memory since the open (no `seq.idx` was
+            // found), get their files: `seq.idx` last, so that a crash half way leaves none
+            // and the next open rebuilds them in memory again.
+            let mut inner = self.write_checked()?;
+            let inner = &mut *inner;
+            for ix in [&mut inner.rows, &mut inner.seq] {
+                if ix.is_detached() {
+                    ix.attach()?;
+                }
+            }
+        }
         // One consistent cut: the entries to make durable, and (for a checkpoint) the state
-        // they cover with the row and receipt counts, all taken under one read lock.
+        // they cover with the row and receipt counts, all taken under one read lock. An index
+        // kept in memory has nothing to write (`None`).
         let (pending, snapshot) = {
             let inner = self.read_checked()?;
+            let begin = |ix: &FixedIndex| (!ix.is_detached()).then(|| ix.begin_sync()).transpose();
             let pending = [
-                inner.seq.begin_sync()?,
-                inner.rows.begin_sync()?,
-                inner.receipts.begin_sync()?,
+                begin(&inner.seq)?,
+                begin(&inner.rows)?,
+                begin(&inner.receipts)?,
             ];
             let snapshot = want_ckpt.then(|| {
                 let cover = crate::state::Coverage {
@@ -2089,23 +2112,31 @@ impl Session {
         // `Session::referenced` still holds: each was written after its record was synced),
         // but after a power loss the next open may find them short and rebuild.
         let written = pending.map(|p| {
-            if want_ckpt {
-                p.write()
-            } else {
-                p.write_unsynced()
-            }
+            p.map(|p| {
+                if want_ckpt {
+                    p.write()
+                } else {
+                    p.write_unsynced()
+                }
+            })
         });
         {
             let mut inner = self.write_checked()?;
-            let [seq, rows, receipts] = written;
+            let inner = &mut *inner;
             // Each index takes its own outcome, so a failure poisons only the index it hit.
-            let r = [
-                inner.seq.finish_sync(seq),
-                inner.rows.finish_sync(rows),
-                inner.receipts.finish_sync(receipts),
-            ];
-            for r in r {
-                r?;
+            let mut failed = None;
+            for (ix, w) in [&mut inner.seq, &mut inner.rows, &mut inner.receipts]
+                .into_iter()
+                .zip(written)
+            {
+                if let Some(w) = w {
+                    if let Err(e) = ix.finish_sync(w) {
+                        failed.get_or_insert(e);
+                    }
+                }
+            }
+            if let Some(e) = failed {
+                return Err(e.into());
             }
         }
         let Some((state, cover, appended)) = snapshot else {

@@ -562,3 +562,45 @@ fn checkpoint_maps_damaged_under_a_replayed_tail_rebuild_at_open() {
     let (_m10, model10) = model_of(10);
     assert_eq!(all_pages(&root, "s"), all_pages(&model10, "s"));
 }
+
+/// A Session that never had a checkpoint keeps `seq.idx` and `row.idx` in memory (rebuilt
+/// from its log at each open) and writes only `receipt.idx`; its first checkpoint gives them
+/// files. A `row.idx` left by a checkpoint that a crash stopped before `seq.idx` was made is
+/// ignored (and replaced), never taken.
+#[test]
+fn a_small_session_keeps_its_sequence_and_row_indexes_in_memory_until_a_checkpoint() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("r");
+    let sdir = session_dir(&dir, "s");
+    let exists = |name: &str| sdir.join(name).exists();
+    let (pages, rev) = {
+        let root = root_at(&dir);
+        create(&root, "s");
+        fill(&root, "s", 3);
+        let got = (all_pages(&root, "s"), root.revision("s").expect("rev"));
+        drop(root);
+        got
+    };
+    assert!(!exists("seq.idx") && !exists("row.idx") && !exists("state.ckpt"));
+    assert!(exists("receipt.idx"), "the receipts are written");
+    reopen_and_compare(&dir, "s", &pages, rev);
+    assert!(!exists("seq.idx") && !exists("row.idx"));
+
+    // A checkpoint stopped half way: `row.idx` written, `seq.idx` not yet.
+    std::fs::write(sdir.join("row.idx"), b"a row index of another life").expect("write");
+    let root = Root::open(&dir).expect("open");
+    let pages = all_pages(&root, "s");
+    assert_eq!(root.revision("s").expect("rev"), rev + 1);
+    root.sync_indexes().expect("checkpoint");
+    drop(root);
+    assert!(exists("seq.idx") && exists("row.idx") && exists("state.ckpt"));
+    let row_idx = std::fs::read(sdir.join("row.idx")).expect("read");
+    assert!(row_idx.starts_with(b"LBFIXIDX"), "row.idx was made again");
+    // Taken from the files now: the same pages, and the receipts of every batch (the probe
+    // of the first reopen is recognised, not applied again).
+    let root = Root::open(&dir).expect("reopen");
+    assert_eq!(all_pages(&root, "s"), pages);
+    let json = r#"[{"kind":"stopRequested","invocation":"inv-0"}]"#;
+    append(&root, "s", "probe", json).expect("repeat probe");
+    assert_eq!(root.revision("s").expect("rev"), rev + 1);
+}

@@ -249,25 +249,24 @@ impl FixedIndex {
     /// `open` refuses, so it is made again.
     pub fn create(path: &Path, tag: [u8; 4], width: u32) -> Result<FixedIndex, IndexError> {
         check_width(width)?;
-        let header = encode_header(tag, width);
-        let fresh = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(path);
-        let file = match fresh {
-            Ok(f) => {
-                f.write_all_at(&header, 0)
-                    .map_err(|e| IndexError::io(path, "write header", e))?;
-                f
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                fsutil::write_replace_unsynced(path, &[&header])?;
-                open_rw(path)?
-            }
-            Err(e) => return Err(IndexError::io(path, "create", e)),
-        };
+        let file = create_file(path, tag, width)?;
         Ok(FixedIndex::empty(path, tag, width, Some(Arc::new(file))))
+    }
+
+    /// Gives a detached index whose entries are all in memory (made by
+    /// [`FixedIndex::empty_detached`] and pushed to) its file: created at its path as by
+    /// [`FixedIndex::create`] (a file there is replaced), with only the header written. The
+    /// entries are written by the next sync. An owner that keeps a small index in memory
+    /// until it is worth a file calls this first.
+    pub fn attach(&mut self) -> Result<(), IndexError> {
+        if self.file.is_some() || self.durable > 0 {
+            return Err(IndexError::InvalidArgument {
+                reason: format!("{} already has its file", self.path.display()),
+            });
+        }
+        let file = create_file(&self.path, self.tag, self.width)?;
+        self.file = Some(Arc::new(file));
+        Ok(())
     }
 
     /// An index with no entries over `file` (`None`: detached).
@@ -671,6 +670,30 @@ fn check_entry(
         });
     }
     Ok(())
+}
+
+/// A new index file at `path` holding only the header: made in place where no file is (one
+/// create and one write; a crash half way leaves a header `open` refuses), or replacing the
+/// file there by a rename. Nothing is synced (see [`FixedIndex::create`]).
+fn create_file(path: &Path, tag: [u8; 4], width: u32) -> Result<File, IndexError> {
+    let header = encode_header(tag, width);
+    let fresh = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(path);
+    match fresh {
+        Ok(f) => {
+            f.write_all_at(&header, 0)
+                .map_err(|e| IndexError::io(path, "write header", e))?;
+            Ok(f)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            fsutil::write_replace_unsynced(path, &[&header])?;
+            open_rw(path)
+        }
+        Err(e) => Err(IndexError::io(path, "create", e)),
+    }
 }
 
 fn open_rw(path: &Path) -> Result<File, IndexError> {

@@ -441,3 +441,27 @@ fn a_detached_index_reads_whole_entries_and_writes_nothing() {
     assert!(r.is_empty());
     assert!(FixedIndex::open_detached(&p, *b"OTHR", 12).is_err());
 }
+
+#[test]
+fn an_index_kept_in_memory_is_attached_to_its_file_and_synced_whole() {
+    let d = tempfile::tempdir().unwrap();
+    let p = d.path().join("ix");
+    // A stale file at the path is replaced, never read.
+    std::fs::write(&p, b"stale bytes of an older index").unwrap();
+    let mut ix = FixedIndex::empty_detached(&p, TAG, 12).unwrap();
+    fill(&mut ix, 0, 25);
+    ix.truncate(20).unwrap();
+    assert!(ix.sync().is_err(), "no file before attach");
+    ix.attach().unwrap();
+    assert!(!ix.is_detached());
+    assert!(ix.attach().is_err(), "attached once");
+    fill(&mut ix, 20, 30);
+    ix.sync().unwrap();
+    assert_eq!(ix.durable_len(), 30);
+    check_all(&ix, 30);
+    drop(ix);
+    let ix = FixedIndex::open(&p, TAG, 12).unwrap();
+    assert_eq!(ix.cut_bytes(), 0);
+    check_all(&ix, 30);
+    ix.check_all().unwrap();
+}
