@@ -977,8 +977,9 @@ impl Session {
 
     fn replay_tail(&self, from: Option<(Location, u64, bool)>) -> Result<(), EngineError> {
         match from {
-            // The covered event is the log's last record (a Session closed cleanly): nothing
-            // to take in, only receipt entries the log does not hold to cut.
+            // The covered event is the log's last record (its batch wrote no receipt: a bulk
+            // load, an import): nothing to take in, only receipt entries the log does not
+            // hold to cut.
             Some((_, r, true)) => self.replay(None, true, Some(r)),
             Some((loc, r, false)) => self.replay(Some(loc), true, Some(r)),
             None => self.replay(Some(self.log.start()), false, Some(0)),

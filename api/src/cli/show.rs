@@ -78,10 +78,15 @@ pub fn sessions_header() {
 
 /// One `sessions` page: id, rows, last activity (UTC), size, title; damaged ones marked.
 pub fn sessions(v: &Value) {
+    use std::fmt::Write as _;
+    // The page printed whole: one write, not one per Session (standard output is line
+    // buffered).
+    let mut out = String::new();
     for s in v["sessions"].as_array().into_iter().flatten() {
         let id = s["sessionId"].as_str().unwrap_or("");
         if let Some(d) = s.get("damage").filter(|d| !d.is_null()) {
-            println!(
+            let _ = writeln!(
+                out,
                 "{id:<28} DAMAGED ({}): {}",
                 field(&d["code"]),
                 field(&d["message"])
@@ -91,7 +96,8 @@ pub fn sessions(v: &Value) {
         let parent = s["parent"]
             .as_str()
             .map_or(String::new(), |p| format!("  (sub-agent of {p})"));
-        println!(
+        let _ = writeln!(
+            out,
             "{id:<28} {:>7} rows  {}  {:>9}  {}{parent}",
             s["rows"],
             utc_minute(s["lastActivityAt"].as_u64().unwrap_or(0)),
@@ -101,6 +107,7 @@ pub fn sessions(v: &Value) {
                 .map_or("(untitled)".into(), |t| printable(t, false))
         );
     }
+    print!("{out}");
 }
 
 /// `YYYY-MM-DD HH:MM` (UTC) of milliseconds since the Unix epoch.
