@@ -31,8 +31,8 @@
 //! What one Session costs: see "What an open Session costs" in `docs/format.md` (2 descriptors
 //! while open until its first checkpoint, 4 after, no thread while idle, about 8 KiB on disk
 //! when empty: its sequence and row indexes stay in memory until that checkpoint; its
-//! compressed size once closed idle). Creating one syncs only its Root-log record; its first commit also syncs its
-//! directories ("Making a Session"). One `unsynced` mark serves every log of the Root.
+//! compressed size once closed idle). Creating one syncs only its Root-log record; its first
+//! commit also syncs its directories ("Making a Session"). One `unsynced` mark serves every log of the Root.
 //!
 //! Invariants:
 //! - A Session's log is the only truth; indexes and the state checkpoint are derived and are

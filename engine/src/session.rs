@@ -671,14 +671,15 @@ fn open_index(path: &Path, tag: [u8; 4], width: u32, read_only: bool) -> Option<
     ix.ok()
 }
 
-/// A new empty index in place of `path`'s (in memory only when `read_only`).
+/// A new empty index in place of `path`'s, or kept in memory only (`in_memory`: a reader's,
+/// or a writer's index that gets its file at the first checkpoint).
 fn fresh_index(
     path: &Path,
     tag: [u8; 4],
     width: u32,
-    read_only: bool,
+    in_memory: bool,
 ) -> Result<FixedIndex, EngineError> {
-    Ok(if read_only {
+    Ok(if in_memory {
         FixedIndex::empty_detached(path, tag, width)?
     } else {
         FixedIndex::create(path, tag, width)?
@@ -753,13 +754,6 @@ impl Session {
         // neither. `receipt.idx` is written as before: its receipts are the evidence that a
         // batch was acknowledged (`Session::referenced`, the registry's `lost_creation`).
         let in_memory = !read_only && seq_opened.is_none();
-        let fresh = |path: &Path, tag, width| {
-            if in_memory {
-                Ok(FixedIndex::empty_detached(path, tag, width)?)
-            } else {
-                fresh_index(path, tag, width, read_only)
-            }
-        };
         let receipt_path = dir.join("receipt.idx");
         let receipts_found = open_index(&receipt_path, RECEIPT_TAG, RECEIPT_ENTRY_BYTES, read_only);
         let referenced = if config.durability == Durability::Sync && !read_only {
@@ -793,7 +787,10 @@ impl Session {
         let cut = crate::params::CutNote::of(Some(id), &recovery);
         let (seq, f1) = match seq_found {
             Some(ix) => (ix, false),
-            None => (fresh(&seq_path, SEQ_TAG, SEQ_ENTRY_BYTES)?, true),
+            None => (
+                fresh_index(&seq_path, SEQ_TAG, SEQ_ENTRY_BYTES, read_only || in_memory)?,
+                true,
+            ),
         };
         let rows_path = dir.join("row.idx");
         let rows_found = (!in_memory)
@@ -802,7 +799,10 @@ impl Session {
         let (rows, f2) = match rows_found.filter(whole) {
             Some(ix) => (ix, false),
             // Missing, damaged, foreign, torn: derived data, so start it over.
-            None => (fresh(&rows_path, ROW_TAG, ROW_ENTRY_BYTES)?, true),
+            None => (
+                fresh_index(&rows_path, ROW_TAG, ROW_ENTRY_BYTES, read_only || in_memory)?,
+                true,
+            ),
         };
         let (receipts, f3) = match receipts_found.filter(whole) {
             Some(ix) => (ix, false),

@@ -259,7 +259,7 @@ impl FixedIndex {
     /// entries are written by the next sync. An owner that keeps a small index in memory
     /// until it is worth a file calls this first.
     pub fn attach(&mut self) -> Result<(), IndexError> {
-        if self.file.is_some() || self.durable > 0 {
+        if self.file.is_some() {
             return Err(IndexError::InvalidArgument {
                 reason: format!("{} already has its file", self.path.display()),
             });

@@ -162,23 +162,12 @@ pub fn verify(v: &Value) {
 /// name for a call, and a preview of its main text.
 pub fn row(out: &mut String, row: &logbook_engine::RowRef<'_>) {
     use std::fmt::Write as _;
-    let (mut text, mut name) = (None, None);
+    let field = |name: &str| row.fields().find(|(n, _)| *n == name).map(|(_, f)| f.text);
     // The main text: the first of these the row has.
-    let mut rank = usize::MAX;
-    for (field, f) in row.fields() {
-        if field == "name" {
-            name = Some(f.text);
-        }
-        if let Some(r) = ["body", "arguments", "thinking", "name"]
-            .iter()
-            .position(|k| *k == field)
-            .filter(|r| *r < rank)
-        {
-            rank = r;
-            text = Some(f.text);
-        }
-    }
-    let name = name
+    let text = ["body", "arguments", "thinking", "name"]
+        .into_iter()
+        .find_map(field);
+    let name = field("name")
         .map(|n| format!("{} ", printable(n, false)))
         .unwrap_or_default();
     let _ = writeln!(
