@@ -28,6 +28,8 @@ fn exit_status(code: ErrorCode) -> u8 {
 fn main() -> ExitCode {
     quiet_on_closed_stdout();
     let args = cli::Args::parse();
+    // Room for the open-Session cache (see `logbook_engine::raise_descriptor_limit`).
+    logbook_engine::raise_descriptor_limit();
     let json = args.json();
     match cli::run(args) {
         Ok(()) => ExitCode::SUCCESS,

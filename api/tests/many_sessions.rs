@@ -169,3 +169,29 @@ fn many_sessions_under_ulimit_256_answer_without_error() {
     );
     assert!(s.finish().success());
 }
+
+/// A desktop starts programs with a soft descriptor limit far under the hard one (1,024 under
+/// 524,288 on Linux): `logbook` raises the soft limit to the hard one before it opens a Root,
+/// so the open-Session cache is sized from the limit the process may have.
+#[test]
+fn serve_raises_a_soft_descriptor_limit_to_the_hard_one() {
+    let hard = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .maximum
+        .unwrap_or(u64::MAX)
+        .min(1 << 20);
+    if hard <= 300 {
+        eprintln!("hard descriptor limit {hard}: nothing to raise a soft limit of 300 to");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Server::start_under_ulimit(&dir.path().join("root"), "-S -n 300");
+    s.ok("sessions", json!({}));
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", s.pid())).unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap();
+    let soft = line.split_whitespace().nth(3);
+    assert_eq!(soft, Some(hard.to_string().as_str()), "{line}");
+    assert!(s.finish().success());
+}

@@ -14,6 +14,7 @@
 //! before the Root was opened (another `epoch`), can no longer be honoured and is refused.
 
 use crate::catalog::Summary;
+use std::cmp::Reverse;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -45,6 +46,52 @@ pub(crate) struct Journal {
     /// Identifies this open of the Root: fences of another open are refused.
     pub epoch: u64,
     state: Mutex<State>,
+    /// The visiting orders of the newest Root-wide searches (see [`Visits`]).
+    visits: Mutex<VecDeque<Arc<Visits>>>,
+}
+
+/// Visiting orders kept for searches' later pages: the newest searches'.
+const VISITS_KEPT: usize = 4;
+
+/// A Session a Root-wide search visits, with its last activity as of the search's fence.
+#[derive(Clone)]
+pub(crate) struct Visit {
+    pub last_ms: u64,
+    pub id: String,
+}
+
+impl Visit {
+    /// Visiting order: newest last activity first, ties by id.
+    pub(crate) fn key(&self) -> (Reverse<u64>, &str) {
+        (Reverse(self.last_ms), self.id.as_str())
+    }
+}
+
+/// The Sessions a Root-wide search visits, worked out by its first page. Which Sessions may
+/// match and their last activity are facts as of the search's fence (a Session changed after
+/// it is seen as it was), so they are the same for every page of that search: a later page
+/// finds them here instead of testing every Session of the Root again.
+pub(crate) struct Visits {
+    fence: u64,
+    /// Names the request (query, options, scope).
+    request: [u8; 8],
+    /// Sorted in visiting order on first use by a later page (a search that ends on its
+    /// first page never pays for the sort).
+    list: Mutex<(bool, Vec<Visit>)>,
+}
+
+impl Visits {
+    /// Up to `n` Sessions from the first at or after `at` in visiting order, copied out.
+    pub(crate) fn from(&self, at: (Reverse<u64>, &str), n: usize) -> Vec<Visit> {
+        let mut list = self.list.lock().unwrap_or_else(|p| p.into_inner());
+        let (sorted, v) = &mut *list;
+        if !*sorted {
+            v.sort_unstable_by(|a, b| a.key().cmp(&b.key()));
+            *sorted = true;
+        }
+        let i = v.partition_point(|s| s.key() < at);
+        v[i..v.len().min(i + n)].to_vec()
+    }
 }
 
 impl Journal {
@@ -52,7 +99,30 @@ impl Journal {
         Journal {
             epoch,
             state: Mutex::default(),
+            visits: Mutex::default(),
         }
+    }
+
+    /// The visiting order a search of `request` at `fence` kept, if still kept.
+    pub(crate) fn visits(&self, fence: u64, request: [u8; 8]) -> Option<Arc<Visits>> {
+        let kept = self.visits.lock().unwrap_or_else(|p| p.into_inner());
+        kept.iter()
+            .find(|v| v.fence == fence && v.request == request)
+            .cloned()
+    }
+
+    /// Keeps the visiting order (in any order) of a search of `request` at `fence`.
+    pub(crate) fn keep_visits(&self, fence: u64, request: [u8; 8], list: Vec<Visit>) {
+        let mut kept = self.visits.lock().unwrap_or_else(|p| p.into_inner());
+        kept.retain(|v| !(v.fence == fence && v.request == request));
+        if kept.len() == VISITS_KEPT {
+            kept.pop_front();
+        }
+        kept.push_back(Arc::new(Visits {
+            fence,
+            request,
+            list: Mutex::new((false, list)),
+        }));
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -130,6 +200,43 @@ impl View<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_search_finds_its_visiting_order_by_fence_and_request_in_order() {
+        let j = Journal::new(1);
+        let visit = |last_ms, id: &str| Visit {
+            last_ms,
+            id: id.to_owned(),
+        };
+        // Kept in any order; taken newest first, ties by id, from a place on.
+        j.keep_visits(
+            5,
+            [1; 8],
+            vec![
+                visit(10, "b"),
+                visit(30, "a"),
+                visit(10, "a"),
+                visit(20, "c"),
+            ],
+        );
+        let kept = j.visits(5, [1; 8]).expect("kept");
+        let ids = |v: Vec<Visit>| v.into_iter().map(|s| s.id).collect::<Vec<_>>();
+        assert_eq!(
+            ids(kept.from((Reverse(u64::MAX), ""), 9)),
+            ["a", "c", "a", "b"]
+        );
+        assert_eq!(ids(kept.from((Reverse(20), "c"), 2)), ["c", "a"]);
+        assert_eq!(ids(kept.from((Reverse(10), "a0"), 9)), ["b"]);
+        assert!(kept.from((Reverse(0), "z"), 9).is_empty());
+        assert!(j.visits(6, [1; 8]).is_none(), "another fence");
+        assert!(j.visits(5, [2; 8]).is_none(), "another request");
+        // The newest VISITS_KEPT are kept.
+        for f in 0..VISITS_KEPT as u64 {
+            j.keep_visits(100 + f, [1; 8], Vec::new());
+        }
+        assert!(j.visits(5, [1; 8]).is_none(), "the oldest went");
+        assert!(j.visits(100, [1; 8]).is_some());
+    }
 
     #[test]
     fn a_view_sees_the_first_change_after_its_fence_and_expires_when_it_is_dropped() {

@@ -145,9 +145,9 @@ pub use patches::{PatchInfo, ReadPatchParams};
 pub use progress::{Progress, ProgressSink, ProgressUnit};
 pub use records::{registration, Registration, RegistrationKind};
 pub use registry::{
-    open_sessions_budget, RootOptions, SearchIndexing, BLOCK_CACHE_BYTES, DESCRIPTORS_RESERVED,
-    DESCRIPTOR_RETRIES_MAX, INDEX_SYNC_INTERVAL, LOCK_WAIT_MAX, OPEN_SESSIONS_BYTES_MAX,
-    OPEN_SESSIONS_MAX, OPEN_SESSIONS_MIN, ROOT_FORMAT_VERSION, ROOT_MAGIC,
+    open_sessions_budget, raise_descriptor_limit, RootOptions, SearchIndexing, BLOCK_CACHE_BYTES,
+    DESCRIPTORS_RESERVED, DESCRIPTOR_RETRIES_MAX, INDEX_SYNC_INTERVAL, LOCK_WAIT_MAX,
+    OPEN_SESSIONS_BYTES_MAX, OPEN_SESSIONS_MAX, OPEN_SESSIONS_MIN, ROOT_FORMAT_VERSION, ROOT_MAGIC,
     SEARCH_TAIL_SAVE_PAIRS_MIN, SESSION_DESCRIPTORS,
 };
 pub use root::{

@@ -99,9 +99,13 @@ pub const DESCRIPTORS_RESERVED: u64 = 96;
 /// the Root cannot work well anyway; running out of descriptors is still retried).
 pub const OPEN_SESSIONS_MIN: usize = 4;
 
-/// Most Sessions the cache keeps open, however high the descriptor limit: each open Session
-/// costs threads and memory too (see `docs/format.md`, "What an open Session costs").
-pub const OPEN_SESSIONS_MAX: usize = 256;
+/// Most Sessions the cache keeps open, however high the descriptor limit. An open Session has
+/// no thread of its own and its memory is bounded by [`OPEN_SESSIONS_BYTES_MAX`]; what this
+/// bounds is the rest: its maps (a few each, against the kernel's 65,530 per process by
+/// default) and the Session objects themselves (see `docs/format.md`, "What an open Session
+/// costs"). A Root-wide search visits every Session that may match, so a cache smaller than
+/// the Sessions a search visits reopens each of them on every pass.
+pub const OPEN_SESSIONS_MAX: usize = 1024;
 
 /// Bytes the open Sessions together may hold in memory (event caches and mapped indexes,
 /// see `Session::resident_bytes`) before opening one more closes idle ones.
@@ -123,6 +127,31 @@ pub fn open_sessions_budget() -> usize {
     usize::try_from(sessions)
         .unwrap_or(usize::MAX)
         .clamp(OPEN_SESSIONS_MIN, OPEN_SESSIONS_MAX)
+}
+
+/// Raises the process's soft `RLIMIT_NOFILE` to its hard limit, as the Go and Node runtimes do
+/// at start, and returns the soft limit in force after it. Linux desktops start programs with a
+/// soft limit of 1,024 under a hard limit hundreds of times larger, which leaves the
+/// open-Session cache ([`open_sessions_budget`]) room for a fifth of that. A process that
+/// `select(2)`s on descriptors (numbers must stay under 1,024 there) must not call this; the
+/// `logbook` command line does, before it opens a Root. When the kernel refuses (a limit past
+/// the system's own), the soft limit stays as it was.
+pub fn raise_descriptor_limit() -> u64 {
+    use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    // Linux refuses a soft limit past `fs.nr_open` (2^20 by default), even under an unlimited
+    // hard one.
+    const NOFILE_MAX: u64 = 1 << 20;
+    let limit = getrlimit(Resource::Nofile);
+    let current = limit.current.unwrap_or(u64::MAX);
+    let target = limit.maximum.unwrap_or(u64::MAX).min(NOFILE_MAX);
+    let raised = Rlimit {
+        current: Some(target),
+        maximum: limit.maximum,
+    };
+    if current < target && setrlimit(Resource::Nofile, raised).is_ok() {
+        return target;
+    }
+    current
 }
 
 /// Default [`RootOptions::search_tail_save_pairs_min`].

@@ -43,7 +43,7 @@
 //! `invalid_argument`: start the search again.
 
 use crate::error::EngineError;
-use crate::journal::Journal;
+use crate::journal::{Journal, Visit};
 use crate::params::Position;
 use crate::registry::{Shared, SESSIONS_DIR};
 use crate::search::SEARCH_PAGE_LOOKUPS_MAX;
@@ -353,18 +353,6 @@ pub fn parse_rfc3339_ms(s: &str) -> Option<u64> {
     u64::try_from(t * 1000 + ms).ok()
 }
 
-/// A Session the search will visit, with its order key as of the fence.
-struct Listed {
-    last_ms: u64,
-    id: String,
-}
-
-impl Listed {
-    fn key(&self) -> (Reverse<u64>, &str) {
-        (Reverse(self.last_ms), self.id.as_str())
-    }
-}
-
 /// What a page may still spend.
 struct Budget {
     /// The request is a search's first page (no cursor).
@@ -421,7 +409,7 @@ pub(crate) fn search_root(
         p.whole_word.unwrap_or(false),
     );
     let plan = Plan::new(&p.query, &matcher);
-    let listed = sessions_in_scope(sh, &scope, since_ms, fence, cursor.as_ref(), &plan)?;
+    let listed = sessions_in_scope(sh, &scope, since_ms, fence, cursor.as_ref(), &plan, bind)?;
     let named = scope.session_ids.is_some();
     let mut budget = Budget {
         first_page: cursor.is_none(),
@@ -506,7 +494,9 @@ fn spent(b: &Budget) -> bool {
 }
 
 /// The Sessions in scope as of the fence, in visiting order, from the cursor's Session on
-/// (at most one more than a page visits).
+/// (at most one more than a page visits). The first page works them out from every Session
+/// of the scope and keeps them with the journal for the later pages (`Visits`); a reader
+/// works them out on every page, as it learns of the writer's commits only as it goes.
 fn sessions_in_scope(
     sh: &Shared,
     scope: &SearchScope,
@@ -514,7 +504,16 @@ fn sessions_in_scope(
     fence: u64,
     cursor: Option<&Cursor>,
     plan: &Plan,
-) -> Result<Vec<Listed>, EngineError> {
+    request: [u8; 8],
+) -> Result<Vec<Visit>, EngineError> {
+    let keep = SEARCH_ROOT_SESSIONS_PER_PAGE_MAX + 1;
+    let at = cursor.map(|c| (Reverse(c.last_ms), c.session_id.as_str()));
+    let read_only = sh.options.read_only;
+    if let (Some(at), false) = (at, read_only) {
+        if let Some(kept) = sh.journal.visits(fence, request) {
+            return Ok(kept.from(at, keep));
+        }
+    }
     let reg = lock(&sh.registry);
     let mut entries: Vec<(&String, &crate::registry::Entry)> = Vec::new();
     match &scope.session_ids {
@@ -538,7 +537,6 @@ fn sessions_in_scope(
         entries.retain(|(_, e)| e.workspace == scope.workspace);
     }
     let sessions_dir = sh.dir.join(SESSIONS_DIR);
-    let read_only = sh.options.read_only;
     for (id, e) in &entries {
         if read_only {
             // The writer's appends since the last look moved its files' times.
@@ -548,10 +546,9 @@ fn sessions_in_scope(
             e.summary.fill_times(&sessions_dir.join(id));
         }
     }
-    let at = cursor.map(|c| (Reverse(c.last_ms), c.session_id.as_str()));
     // The registry stays locked (no Session is made meanwhile) while the journal is read;
     // only the Sessions that remain are copied out.
-    let mut listed: Vec<Listed> = sh
+    let mut listed: Vec<Visit> = sh
         .journal
         .view(fence, |v| {
             let quiet = v.is_quiet();
@@ -582,7 +579,7 @@ fn sessions_in_scope(
                     };
                     let before_cursor = at.is_some_and(|at| (Reverse(last_ms), id.as_str()) < at);
                     let too_old = since_ms.is_some_and(|t| last_ms < t);
-                    (!before_cursor && !too_old).then(|| Listed {
+                    (!before_cursor && !too_old).then(|| Visit {
                         last_ms,
                         id: (*id).clone(),
                     })
@@ -592,13 +589,15 @@ fn sessions_in_scope(
         .ok_or_else(expired)?;
     drop(entries);
     drop(reg);
-    let keep = SEARCH_ROOT_SESSIONS_PER_PAGE_MAX + 1;
     if listed.len() > keep {
         listed.select_nth_unstable_by(keep - 1, |a, b| a.key().cmp(&b.key()));
-        listed.truncate(keep);
     }
-    listed.sort_unstable_by(|a, b| a.key().cmp(&b.key()));
-    Ok(listed)
+    let mut page = listed[..listed.len().min(keep)].to_vec();
+    page.sort_unstable_by(|a, b| a.key().cmp(&b.key()));
+    if !read_only {
+        sh.journal.keep_visits(fence, request, listed);
+    }
+    Ok(page)
 }
 
 /// A Session's titles (each `(sequence, title)` of its `titleSet` events under the fence)

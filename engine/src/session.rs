@@ -304,8 +304,12 @@ impl Inner {
         }
     }
 
-    /// Empties the indexes and resets the state to where a replay of the whole own log starts
-    /// (the base's state at the fence, for a layered fork).
+    /// Empties the sequence and row indexes and resets the state to where a replay of the
+    /// whole own log starts (the base's state at the fence, for a layered fork). The receipt
+    /// index is kept: the replay compares its entries with the log's receipts from the first
+    /// on and cuts it only where they differ, so the open of a Session without a checkpoint
+    /// (every small one) writes nothing when nothing changed, and the entries stay the
+    /// evidence of what was acknowledged (`Session::referenced`) all along.
     fn start_over(&mut self) -> Result<(), EngineError> {
         self.state = match &self.base {
             Some(b) => b.state_at_fence()?,
@@ -313,7 +317,6 @@ impl Inner {
         };
         self.seq.truncate(0)?;
         self.rows.truncate(0)?;
-        self.receipts.truncate(0)?;
         Ok(())
     }
 

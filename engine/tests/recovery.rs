@@ -604,3 +604,48 @@ fn a_small_session_keeps_its_sequence_and_row_indexes_in_memory_until_a_checkpoi
     append(&root, "s", "probe", json).expect("repeat probe");
     assert_eq!(root.revision("s").expect("rev"), rev + 1);
 }
+
+/// Reading a small Session (no checkpoint: its open replays the whole log) writes nothing:
+/// its receipt index is compared with the log's receipts, not cut and written again (which
+/// made every read of such a Session, a Root-wide search visiting thousands of them, write
+/// and sync a file per Session). A damaged entry is still cut and written again.
+#[test]
+fn reading_a_small_session_leaves_its_receipt_index_untouched() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("r");
+    let receipts = session_dir(&dir, "s").join("receipt.idx");
+    let (pages, rev) = {
+        let root = root_at(&dir);
+        create(&root, "s");
+        fill(&root, "s", 3);
+        let got = (all_pages(&root, "s"), root.revision("s").expect("rev"));
+        drop(root);
+        got
+    };
+    let look = || {
+        let m = std::fs::metadata(&receipts).expect("receipt.idx");
+        (
+            std::fs::read(&receipts).expect("read"),
+            m.modified().expect("mtime"),
+        )
+    };
+    let before = look();
+    // Far enough apart for any write to move the file's time.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let read = || {
+        let root = Root::open(&dir).expect("reopen");
+        assert_eq!(root.revision("s").expect("rev"), rev);
+        assert_eq!(all_pages(&root, "s"), pages);
+    };
+    read();
+    assert_eq!(look(), before, "a read wrote the receipt index");
+
+    // The last entry damaged: the open finds it differs from the log's receipt and writes it
+    // again.
+    let mut damaged = before.0.clone();
+    let last = damaged.len() - 3;
+    damaged[last] ^= 0x40;
+    std::fs::write(&receipts, &damaged).expect("damage");
+    read();
+    assert_eq!(look().0, before.0, "the damaged entry was written again");
+}

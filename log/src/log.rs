@@ -1467,7 +1467,11 @@ impl Drop for Log {
         let mut closed_seal = None;
         {
             let mut w = lock(&self.shared.writer);
-            if self.shared.config.durability == Durability::NoSyncBulkImport && w.poisoned.is_none()
+            // A handle that wrote nothing since its last sync (one that only read) has nothing
+            // to make durable.
+            if self.shared.config.durability == Durability::NoSyncBulkImport
+                && w.poisoned.is_none()
+                && !w.fully_synced()
             {
                 // Best effort: a caller who needs to know calls `sync()` first.
                 if self.shared.flush(&mut w).is_ok()

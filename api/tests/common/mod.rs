@@ -57,10 +57,16 @@ impl Server {
 
     /// Starts `logbook serve --root ROOT` allowed at most `n` open file descriptors.
     pub fn start_with_descriptor_limit(root: &Path, n: u64) -> Server {
+        Server::start_under_ulimit(root, &format!("-n {n}"))
+    }
+
+    /// Starts `logbook serve --root ROOT` after `ulimit LIMIT` (`-n 256` sets the soft and the
+    /// hard limit; `-S -n 256` the soft one only).
+    pub fn start_under_ulimit(root: &Path, limit: &str) -> Server {
         let mut command = Command::new("bash");
         command
             .arg("-c")
-            .arg(format!("ulimit -n {n}; exec \"$0\" serve --root \"$1\""))
+            .arg(format!("ulimit {limit}; exec \"$0\" serve --root \"$1\""))
             .arg(bin())
             .arg(root);
         Server::spawn(command)
