@@ -925,6 +925,18 @@ impl SearchIndex {
 }
 
 impl Shared {
+    /// Bytes of the finished segments' postings files loaded (mapped): what lookups may keep
+    /// resident while the Session is open (see `Session::resident_bytes`).
+    pub(crate) fn mapped_bytes(&self) -> u64 {
+        lock_sealed(&self.sealed)
+            .values()
+            .map(|s| match &s.postings {
+                SealedPostings::File(f) => f.byte_len(),
+                SealedPostings::Memory(_) => 0,
+            })
+            .sum()
+    }
+
     /// Path of the postings file of `segment`, whose first row is `first_row`: the name binds
     /// both, so a file can only ever be taken for the segment and rows it was built from.
     pub(crate) fn file_path(&self, segment: u64, first_row: u64) -> PathBuf {

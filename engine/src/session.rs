@@ -1223,16 +1223,18 @@ impl Session {
         self.last_use.load(Ordering::Relaxed)
     }
 
-    /// Roughly the memory this open Session holds: decoded events in its cache and the
-    /// mapped bytes of its three fixed-width indexes (search postings and log blocks are
-    /// bounded elsewhere: the tail by segment size, blocks by the Root's block cache).
+    /// Roughly the memory this open Session holds: decoded events in its cache, the mapped
+    /// bytes of its three fixed-width indexes and of its loaded search postings files (a
+    /// search's lookups keep their pages resident while the Session is open). The search
+    /// tail is bounded by the segment size, log blocks by the Root's block cache.
     pub(crate) fn resident_bytes(&self) -> u64 {
         let cached = lock_cache(&self.cache).bytes as u64;
+        let postings = self.search.mapped_bytes();
         let inner = self.read();
         let mapped = inner.seq.len() * u64::from(SEQ_ENTRY_BYTES)
             + inner.rows.len() * u64::from(ROW_ENTRY_BYTES)
             + inner.receipts.len() * u64::from(RECEIPT_ENTRY_BYTES);
-        cached + mapped
+        cached + mapped + postings
     }
 
     /// Closes the Session as the Root's close does, before its last reference goes: indexes

@@ -273,8 +273,15 @@ impl SealedSegment {
                 Arc::new(self.decompress_block_read(o, i, hint)?)
             }
             None => {
-                // Decompress outside the lock: other readers keep going meanwhile.
-                let b = Arc::new(self.decompress_block(o, i)?);
+                // Decompress outside the lock: other readers keep going meanwhile. A bulk
+                // reader takes the compressed bytes with `pread`, as a streaming one does: a
+                // pass over much history leaves none of the file mapped, so none of it stays
+                // resident while the log stays open.
+                let b = Arc::new(if hint.bulk {
+                    self.decompress_block_read(o, i, hint)?
+                } else {
+                    self.decompress_block(o, i)?
+                });
                 cache.insert(key, Arc::clone(&b), hint.bulk);
                 b
             }
@@ -285,10 +292,10 @@ impl SealedSegment {
 }
 
 /// What a reader keeps between reads of sealed blocks: the block it used last (a run of
-/// records in one block skips the shared cache), whether it reads in bulk (its misses enter
-/// the cache as the first to go; see `cache`) and whether it streams (a pass over much
-/// history: its misses are read with `pread` instead of through the map and kept nowhere but
-/// here, so the pass holds one block however long it is).
+/// records in one block skips the shared cache), whether it reads in bulk (its misses are read
+/// with `pread` instead of through the map and enter the cache as the first to go; see
+/// `cache`) and whether it streams (a pass over much history: its misses are read with `pread`
+/// and kept nowhere but here, so the pass holds one block however long it is).
 #[derive(Default)]
 pub struct BlockHint {
     last: Option<(BlockKey, Arc<Vec<u8>>)>,
