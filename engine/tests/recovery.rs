@@ -567,20 +567,22 @@ fn checkpoint_maps_damaged_under_a_replayed_tail_rebuild_at_open() {
 /// from its log at each open) and writes only `receipt.idx`; its first checkpoint gives them
 /// files. A `row.idx` left by a checkpoint that a crash stopped before `seq.idx` was made is
 /// ignored (and replaced), never taken.
+/// A Root at `dir` with Session `s` of three batches (no checkpoint), closed: its pages and
+/// revision.
+fn small_session(dir: &Path) -> (Vec<HistoryPage>, u64) {
+    let root = root_at(dir);
+    create(&root, "s");
+    fill(&root, "s", 3);
+    (all_pages(&root, "s"), root.revision("s").expect("rev"))
+}
+
 #[test]
 fn a_small_session_keeps_its_sequence_and_row_indexes_in_memory_until_a_checkpoint() {
     let tmp = tempfile::tempdir().expect("tmp");
     let dir = tmp.path().join("r");
     let sdir = session_dir(&dir, "s");
     let exists = |name: &str| sdir.join(name).exists();
-    let (pages, rev) = {
-        let root = root_at(&dir);
-        create(&root, "s");
-        fill(&root, "s", 3);
-        let got = (all_pages(&root, "s"), root.revision("s").expect("rev"));
-        drop(root);
-        got
-    };
+    let (pages, rev) = small_session(&dir);
     assert!(!exists("seq.idx") && !exists("row.idx") && !exists("state.ckpt"));
     assert!(exists("receipt.idx"), "the receipts are written");
     reopen_and_compare(&dir, "s", &pages, rev);
@@ -614,14 +616,7 @@ fn reading_a_small_session_leaves_its_receipt_index_untouched() {
     let tmp = tempfile::tempdir().expect("tmp");
     let dir = tmp.path().join("r");
     let receipts = session_dir(&dir, "s").join("receipt.idx");
-    let (pages, rev) = {
-        let root = root_at(&dir);
-        create(&root, "s");
-        fill(&root, "s", 3);
-        let got = (all_pages(&root, "s"), root.revision("s").expect("rev"));
-        drop(root);
-        got
-    };
+    let (pages, rev) = small_session(&dir);
     let look = || {
         let m = std::fs::metadata(&receipts).expect("receipt.idx");
         (
