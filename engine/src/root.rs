@@ -323,75 +323,70 @@ impl Root {
         let sessions_dir = self.shared.dir.join(SESSIONS_DIR);
         let limit = limit as usize;
         // The page's Sessions in order, whether more follow, and the cursor of its last one.
-        let (page, more, last_key): (Vec<(String, Arc<Summary>)>, bool, Option<String>) =
-            match order {
-                SessionOrder::Id => {
-                    // The registry iterates in id order already.
-                    let start = match &p.after {
-                        Some(after) => {
-                            listed.partition_point(|(id, _)| id.as_str() <= after.as_str())
-                        }
-                        None => 0,
-                    };
-                    let end = (start + limit).min(listed.len());
-                    let more = end < listed.len();
-                    listed.truncate(end);
-                    listed.drain(..start);
-                    let last = listed.last().map(|(id, _)| id.clone());
-                    (listed, more, last)
-                }
-                SessionOrder::LastActivity => {
-                    let read_only = self.shared.options.read_only;
-                    for (id, s) in &listed {
-                        if read_only {
-                            // The writer's appends since the last look moved its files' times.
-                            s.follow_times(&sessions_dir.join(id), self.shared.snapshot_ms);
-                        } else if s.times_unknown() {
-                            s.fill_times(&sessions_dir.join(id));
-                        }
+        let (page, more, last_key) = match order {
+            SessionOrder::Id => {
+                // The registry iterates in id order already.
+                let start = match &p.after {
+                    Some(after) => listed.partition_point(|(id, _)| id.as_str() <= after.as_str()),
+                    None => 0,
+                };
+                let end = (start + limit).min(listed.len());
+                let more = end < listed.len();
+                listed.truncate(end);
+                listed.drain(..start);
+                let last = listed.last().map(|(id, _)| id.clone());
+                (listed, more, last)
+            }
+            SessionOrder::LastActivity => {
+                let read_only = self.shared.options.read_only;
+                for (id, s) in &listed {
+                    if read_only {
+                        // The writer's appends since the last look moved its files' times.
+                        s.follow_times(&sessions_dir.join(id), self.shared.snapshot_ms);
+                    } else if s.times_unknown() {
+                        s.fill_times(&sessions_dir.join(id));
                     }
-                    let after = match &p.after {
-                        Some(after) => Some(
-                            after
-                                .split_once(':')
-                                .and_then(|(t, id)| Some((t.parse::<u64>().ok()?, id)))
-                                .ok_or_else(|| {
-                                    EngineError::invalid(format!(
-                                        "after {after:?} is not a nextAfter of a lastActivity \
+                }
+                let after = match &p.after {
+                    Some(after) => Some(
+                        after
+                            .split_once(':')
+                            .and_then(|(t, id)| Some((t.parse::<u64>().ok()?, id)))
+                            .ok_or_else(|| {
+                                EngineError::invalid(format!(
+                                    "after {after:?} is not a nextAfter of a lastActivity \
                                          page"
-                                    ))
-                                })?,
-                        ),
-                        None => None,
-                    };
-                    // Each Session's last activity read once: the order and the cursor agree
-                    // even while commits move it. Only the page is sorted.
-                    let lasts: Vec<u64> = listed
-                        .iter()
-                        .map(|(_, s)| s.last_ms.load(Ordering::Acquire))
-                        .collect();
-                    let key = |i: usize| (std::cmp::Reverse(lasts[i]), listed[i].0.as_str());
-                    let mut order: Vec<usize> = (0..listed.len())
-                        .filter(|&i| {
-                            after.is_none_or(|(t, id)| key(i) > (std::cmp::Reverse(t), id))
-                        })
-                        .collect();
-                    let more = order.len() > limit;
-                    if more {
-                        order.select_nth_unstable_by(limit - 1, |&a, &b| key(a).cmp(&key(b)));
-                        order.truncate(limit);
-                    }
-                    order.sort_unstable_by(|&a, &b| key(a).cmp(&key(b)));
-                    let last = order
-                        .last()
-                        .map(|&i| format!("{}:{}", lasts[i], listed[i].0));
-                    let page = order
-                        .iter()
-                        .map(|&i| (listed[i].0.clone(), Arc::clone(&listed[i].1)))
-                        .collect();
-                    (page, more, last)
+                                ))
+                            })?,
+                    ),
+                    None => None,
+                };
+                // Each Session's last activity read once: the order and the cursor agree
+                // even while commits move it. Only the page is sorted.
+                let lasts: Vec<u64> = listed
+                    .iter()
+                    .map(|(_, s)| s.last_ms.load(Ordering::Acquire))
+                    .collect();
+                let key = |i: usize| (std::cmp::Reverse(lasts[i]), listed[i].0.as_str());
+                let mut order: Vec<usize> = (0..listed.len())
+                    .filter(|&i| after.is_none_or(|(t, id)| key(i) > (std::cmp::Reverse(t), id)))
+                    .collect();
+                let more = order.len() > limit;
+                if more {
+                    order.select_nth_unstable_by(limit - 1, |&a, &b| key(a).cmp(&key(b)));
+                    order.truncate(limit);
                 }
-            };
+                order.sort_unstable_by(|&a, &b| key(a).cmp(&key(b)));
+                let last = order
+                    .last()
+                    .map(|&i| format!("{}:{}", lasts[i], listed[i].0));
+                let page: Vec<(String, Arc<Summary>)> = order
+                    .iter()
+                    .map(|&i| (listed[i].0.clone(), Arc::clone(&listed[i].1)))
+                    .collect();
+                (page, more, last)
+            }
+        };
         let sessions: Vec<SessionInfo> = page
             .iter()
             .filter_map(|(id, _)| self.session_info(id).ok())
