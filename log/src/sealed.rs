@@ -265,24 +265,22 @@ impl SealedSegment {
                 return Ok(Arc::clone(b));
             }
         }
-        let cached = cache.get(key);
-        let b = match cached {
+        let b = match cache.get(key) {
             Some(b) => b,
-            None if hint.stream => {
-                // A streaming pass keeps only the block it is in (the hint's).
-                Arc::new(self.decompress_block_read(o, i, hint)?)
-            }
             None => {
-                // Decompress outside the lock: other readers keep going meanwhile. A bulk
-                // reader takes the compressed bytes with `pread`, as a streaming one does: a
-                // pass over much history leaves none of the file mapped, so none of it stays
-                // resident while the log stays open.
-                let b = Arc::new(if hint.bulk {
+                // Decompressed outside the cache's lock: other readers keep going meanwhile. A
+                // bulk or streaming reader takes the compressed bytes with `pread`: a pass over
+                // much history leaves none of the file mapped, so none of it stays resident
+                // while the log is open.
+                let b = Arc::new(if hint.bulk || hint.stream {
                     self.decompress_block_read(o, i, hint)?
                 } else {
                     self.decompress_block(o, i)?
                 });
-                cache.insert(key, Arc::clone(&b), hint.bulk);
+                // A streaming pass keeps only the block it is in (the hint's).
+                if !hint.stream {
+                    cache.insert(key, Arc::clone(&b), hint.bulk);
+                }
                 b
             }
         };
