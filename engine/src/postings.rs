@@ -177,6 +177,11 @@ struct Base {
 }
 
 impl Tail {
+    /// True when the tail holds fewer than `pairs_max` (trigram, doc) pairs, all in memory.
+    pub(crate) fn is_small(&self, pairs_max: u64) -> bool {
+        self.base.is_none() && self.builder.pair_count() < pairs_max
+    }
+
     /// Docs `>= from_doc` holding all (or any) `trigrams`, ascending, at most `limit`: from
     /// the base, then the builder. An error means the base is damaged.
     pub(crate) fn candidates(
@@ -924,6 +929,20 @@ impl SearchIndex {
     }
 }
 
+/// Runs `f` with `tail` (the tail lock held) when it covers every row of `session`.
+fn with_covering_tail<S: IndexedSession>(
+    session: &S,
+    tail: &Option<Tail>,
+    f: impl FnOnce(&S::Rows, &Tail),
+) {
+    if let Some(t) = tail.as_ref() {
+        let inner = session.rows();
+        if t.covered >= inner.row_count() && !t.is_damaged() {
+            f(&inner, t);
+        }
+    }
+}
+
 impl Shared {
     /// Bytes of the finished segments' postings files loaded (mapped): what lookups may keep
     /// resident while the Session is open (see `Session::resident_bytes`).
@@ -1064,12 +1083,28 @@ impl Shared {
     ) {
         self.wait_idle();
         let guard = self.tail.read().unwrap_or_else(|p| p.into_inner());
-        if let Some(t) = guard.as_ref() {
-            let inner = session.rows();
-            if t.covered >= inner.row_count() && !t.is_damaged() {
-                f(&inner, t);
+        with_covering_tail(session, &guard, f);
+    }
+
+    /// [`SearchIndex::with_loaded_tail`] without waiting: does nothing while the worker has
+    /// rows to index or the tail is being changed.
+    pub(crate) fn try_with_loaded_tail<S: IndexedSession>(
+        &self,
+        session: &S,
+        f: impl FnOnce(&S::Rows, &Tail),
+    ) {
+        {
+            let q = self.queue_lock();
+            if q.busy || !q.jobs.is_empty() {
+                return;
             }
         }
+        let guard = match self.tail.try_read() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return,
+        };
+        with_covering_tail(session, &guard, f);
     }
 
     /// Blocks until the worker has indexed every queued job. Finished segments' postings

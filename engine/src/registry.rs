@@ -1281,8 +1281,19 @@ impl Shared {
     }
 
     pub(crate) fn sync_all(&self, checkpoint: Checkpoint) -> Result<(), EngineError> {
+        let mut first_err = None;
+        self.for_each_cached(|s| {
+            if let Err(e) = s.sync_indexes(checkpoint) {
+                first_err.get_or_insert(e);
+            }
+        });
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// Runs `f` on each Session the cache holds, one at a time.
+    fn for_each_cached(&self, mut f: impl FnMut(&Session)) {
         // Weak references, upgraded one at a time: the background flusher must not make every
-        // open Session look in use to the cache (`close_idle`) while it syncs one of them.
+        // open Session look in use to the cache (`close_idle`) while it works on one of them.
         // Each is upgraded under the cache lock and only while still cached, the lock
         // `take_idle` counts references under, so a Session the cache is closing is skipped
         // and never outlives its slot lock here.
@@ -1298,13 +1309,9 @@ impl Shared {
                 .then(|| w.upgrade())
                 .flatten()
         };
-        let mut first_err = None;
         for s in sessions.iter().filter_map(still_cached) {
-            if let Err(e) = s.sync_indexes(checkpoint) {
-                first_err.get_or_insert(e);
-            }
+            f(&s);
         }
-        first_err.map_or(Ok(()), Err)
     }
 
     fn flush_loop(&self) {
@@ -1326,6 +1333,10 @@ impl Shared {
             drop(stop);
             // Derived data: a failed sync is retried next tick and, at worst, rebuilt on open.
             let _ = self.sync_all(Checkpoint::IfGrown);
+            // Filters for the Sessions whose rows the index pool has taken since the last
+            // tick: small ones at once, others once quiet for a tick.
+            let quiet_ms = self.options.index_sync_interval.as_millis() as u64;
+            self.for_each_cached(|s| s.refresh_filter_in_background(quiet_ms));
             stop = lock(&self.stop);
         }
     }

@@ -417,12 +417,45 @@ impl Session {
     }
 }
 
+/// Pairs of a search tail below which the background flusher builds a Session's filter
+/// even while the Session is being appended to.
+const BACKGROUND_FILTER_PAIRS_MAX: u64 = 1 << 16;
+
 impl Session {
     /// [`Session::refresh_filter`] when the search tail is loaded and caught up (at close:
     /// a filter costs no log reads then). Best effort: without one, searches open it.
     pub(crate) fn refresh_filter_if_indexed(&self) {
         self.search.with_loaded_tail(self, |inner, tail| {
             let _ = self.refresh_filter(inner, tail);
+        });
+    }
+
+    /// The background flusher's [`Session::refresh_filter`]: builds the filter of an open
+    /// Session that has none, without waiting for any lock, when every row is indexed and
+    /// the Session is small (its search tail holds every row, fewer than
+    /// [`BACKGROUND_FILTER_PAIRS_MAX`] pairs, so the build reads no file and takes
+    /// microseconds) or has had no commit for `quiet_ms` (a busy large Session is not
+    /// rebuilt on every tick). A search right after an ingest then rules
+    /// out the Sessions the cache still holds open instead of searching each of them.
+    pub(crate) fn refresh_filter_in_background(&self, quiet_ms: u64) {
+        let Some(activity) = self.activity.get() else {
+            return;
+        };
+        if self.is_read_only() || lock(&activity.summary.filter).is_some() {
+            return;
+        }
+        let last_ms = activity
+            .summary
+            .last_ms
+            .load(std::sync::atomic::Ordering::Acquire);
+        let quiet = crate::catalog::now_ms().saturating_sub(last_ms) >= quiet_ms;
+        self.search.try_with_loaded_tail(self, |inner, tail| {
+            let small = inner.base.is_none()
+                && tail.first_row <= inner.row_base()
+                && tail.is_small(BACKGROUND_FILTER_PAIRS_MAX);
+            if quiet || small {
+                let _ = self.refresh_filter(inner, tail);
+            }
         });
     }
 

@@ -852,6 +852,71 @@ fn shown(s: &str) -> &str {
 mod tests {
     use super::*;
 
+    /// Sessions the cache still holds open after their appends get their filters from the
+    /// background flusher, so the first search after an ingest rules them out unvisited.
+    #[test]
+    fn open_small_sessions_get_their_filters_in_the_background() {
+        use crate::{AppendParams, CreateSessionParams, Root, RootOptions, SearchRootParams};
+        let dir = tempfile::tempdir().expect("tmp");
+        let options = RootOptions {
+            index_sync_interval: std::time::Duration::from_millis(10),
+            ..RootOptions::default()
+        };
+        let root = Root::open_or_init_with(dir.path(), options).expect("root");
+        // More than a page visits, so a search that had to visit them would not end at once.
+        let n = 2 * SEARCH_ROOT_SESSIONS_PER_PAGE_MAX;
+        for i in 0..n {
+            let id = format!("s{i:03}");
+            root.create_session(CreateSessionParams {
+                session_id: Some(id.clone()),
+                workspace: None,
+                operation: format!("c{i}"),
+            })
+            .expect("create");
+            let text = if i == 7 {
+                "the tombstone stays".to_owned()
+            } else {
+                format!("ordinary words number {i}")
+            };
+            let events = serde_json::from_value(serde_json::json!([
+                {"kind": "userMessage", "invocation": "i", "text": text, "attachments": []},
+            ]))
+            .expect("events");
+            root.append(AppendParams {
+                session_id: id,
+                operation: "a".into(),
+                events,
+            })
+            .expect("append");
+        }
+        assert_eq!(root.open_session_count(), n, "the cache holds them all");
+        let filtered = || {
+            lock(&root.shared.registry)
+                .sessions
+                .values()
+                .filter(|e| lock(&e.summary.filter).is_some())
+                .count()
+        };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while filtered() < n && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(filtered(), n, "every open Session has its filter");
+        let page = root
+            .search_root(SearchRootParams {
+                query: "tombstone".into(),
+                case_sensitive: None,
+                whole_word: None,
+                scope: None,
+                after: None,
+                limit: None,
+            })
+            .expect("search");
+        assert_eq!(page.hits.len(), 1);
+        assert_eq!(page.hits[0].session_id, "s007");
+        assert_eq!(page.next_after, None, "one page: the others were ruled out");
+    }
+
     #[test]
     fn rfc3339_times() {
         assert_eq!(parse_rfc3339_ms("1970-01-01T00:00:00Z"), Some(0));
