@@ -869,6 +869,11 @@ impl SearchIndex {
         }
     }
 
+    /// The postings of finished segment `segment` if they are loaded already.
+    pub(crate) fn sealed_if_loaded(&self, segment: u64) -> Option<Arc<Sealed>> {
+        self.shared.sealed_map().get(&segment).cloned()
+    }
+
     /// The postings of finished segment `segment`, opened (or rebuilt) on first use.
     /// `rebuild` forces a rebuild (a lookup found the file damaged).
     pub(crate) fn sealed<S: IndexedSession>(

@@ -34,6 +34,7 @@ use crate::sync::lock;
 use cursor::{Binding, SearchCursor};
 use logbook_index::Matcher;
 use logbook_log::Reader;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 pub use crate::params::{SearchHit, SearchPage, SearchParams};
@@ -426,7 +427,7 @@ impl Session {
     /// a filter costs no log reads then). Best effort: without one, searches open it.
     pub(crate) fn refresh_filter_if_indexed(&self) {
         self.search.with_loaded_tail(self, |inner, tail| {
-            let _ = self.refresh_filter(inner, tail);
+            let _ = self.refresh_filter(inner, tail, true);
         });
     }
 
@@ -444,27 +445,31 @@ impl Session {
         if self.is_read_only() || lock(&activity.summary.filter).is_some() {
             return;
         }
-        let last_ms = activity
-            .summary
-            .last_ms
-            .load(std::sync::atomic::Ordering::Acquire);
+        let last_ms = activity.summary.last_ms.load(Ordering::Acquire);
         let quiet = crate::catalog::now_ms().saturating_sub(last_ms) >= quiet_ms;
         self.search.try_with_loaded_tail(self, |inner, tail| {
             let small = inner.base.is_none()
                 && tail.first_row <= inner.row_base()
                 && tail.is_small(BACKGROUND_FILTER_PAIRS_MAX);
-            if quiet || small {
-                let _ = self.refresh_filter(inner, tail);
+            // Once per revision: a build that finds a postings file not loaded or damaged
+            // leaves it to the next search.
+            let tried = inner.state.revision + 1;
+            if (quiet || small) && self.filter_tried.swap(tried, Ordering::AcqRel) != tried {
+                // Only from postings loaded already: opening (or rebuilding) a finished
+                // segment's postings here would hold the Session's appends up meanwhile.
+                let _ = self.refresh_filter(inner, tail, false);
             }
         });
     }
 
     /// Builds this Session's trigram filter for its current revision when its catalog entry
-    /// has none. `tail` must cover every row (as after `SearchIndex::ready`).
+    /// has none. `tail` must cover every row (as after `SearchIndex::ready`). Without `load`,
+    /// builds none unless every finished segment's postings are loaded already.
     pub(crate) fn refresh_filter(
         &self,
         inner: &crate::session::Inner,
         tail: &Tail,
+        load: bool,
     ) -> Result<(), EngineError> {
         let Some(activity) = self.activity.get() else {
             return Ok(());
@@ -496,7 +501,14 @@ impl Session {
         let mut row = inner.row_base();
         while row < tail.first_row {
             let seg = segment_of_row(self, inner, row)?;
-            let s = self.search.sealed(self, inner, seg, false)?;
+            let s = if load {
+                self.search.sealed(self, inner, seg, false)?
+            } else {
+                match self.search.sealed_if_loaded(seg) {
+                    Some(s) => s,
+                    None => return Ok(()),
+                }
+            };
             row = s.end_row.max(row + 1);
             sealed.push(s);
         }

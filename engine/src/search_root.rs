@@ -766,7 +766,7 @@ impl Session {
         if matches!(walked, Walked::Done) {
             // Built while the index is read-locked, so no commit lands between the build
             // and the catalog taking it.
-            self.refresh_filter(&inner, tail)?;
+            self.refresh_filter(&inner, tail, true)?;
         }
         // Merge the title hits in at the places they were found.
         let mut out = Vec::with_capacity(page.hits.len() + titles.hits.len());

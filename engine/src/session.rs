@@ -617,6 +617,9 @@ pub(crate) struct Session {
     pub(crate) progress: ProgressSink,
     /// Appends leave the search index behind ([`crate::SearchIndexing::OnSearch`]).
     search_on_search: AtomicBool,
+    /// One more than the revision the index flusher last tried to build a filter for (0:
+    /// none), so a build that fails is not tried again on every tick.
+    pub(crate) filter_tried: AtomicU64,
     /// The torn tail this open cut from the log, if any (reported by the Root, never silent).
     pub(crate) cut: Option<crate::params::CutNote>,
     /// The Root's catalog entry of this Session and its change journal: commits are
@@ -840,6 +843,7 @@ impl Session {
             diags,
             progress,
             search_on_search: AtomicBool::new(false),
+            filter_tried: AtomicU64::new(0),
             cut,
             activity: std::sync::OnceLock::new(),
             sync: Mutex::new(SyncMark::default()),
