@@ -115,6 +115,10 @@ pub const OPEN_SESSIONS_BYTES_MAX: u64 = 256 << 20;
 /// descriptors, before it answers `io`.
 pub const DESCRIPTOR_RETRIES_MAX: u32 = 8;
 
+/// A full open-Session cache closes `1 + max / EVICTION_BATCH_DIVISOR` idle Sessions at a
+/// time (64 of 1,024), so the least recently used are found once per batch, not per open.
+const EVICTION_BATCH_DIVISOR: usize = 16;
+
 /// The default [`RootOptions::open_sessions_max`]: what the soft `RLIMIT_NOFILE` leaves after
 /// [`DESCRIPTORS_RESERVED`], divided by [`SESSION_DESCRIPTORS`], within
 /// [`OPEN_SESSIONS_MIN`]..=[`OPEN_SESSIONS_MAX`]. Under `ulimit -n 256` (the macOS default)
@@ -938,7 +942,11 @@ impl Shared {
         if open < max && bytes <= OPEN_SESSIONS_BYTES_MAX {
             return;
         }
-        let keep = open.min(max).saturating_sub(1);
+        // A batch at a time: each `close_idle` sorts the whole cache by last use, which for
+        // one Session per open was most of a full cache's reopen.
+        let keep = open
+            .min(max)
+            .saturating_sub(1 + max / EVICTION_BATCH_DIVISOR);
         let over = bytes.saturating_sub(OPEN_SESSIONS_BYTES_MAX);
         self.close_idle(keep, over);
     }

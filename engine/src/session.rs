@@ -366,6 +366,10 @@ pub(crate) struct IndexBuilder {
 /// Index entries an [`IndexBuilder`] pushes between writes.
 const INDEX_FLUSH_ENTRIES: u64 = 1 << 16;
 
+/// Most bytes of log a replay reads through the block cache (see `Session::replay`); a longer
+/// one streams. Four 64 KiB sealed blocks: a small Session's whole log.
+const REPLAY_CACHED_BYTES_MAX: u64 = 256 << 10;
+
 impl IndexBuilder {
     /// Empty indexes in `dir` (the Session's directory), whose log is `dir/log`.
     pub(crate) fn create(dir: &Path) -> Result<IndexBuilder, EngineError> {
@@ -1023,8 +1027,18 @@ impl Session {
             ProgressUnit::Bytes,
         );
         // A replay may pass over the whole log (a rebuild, an import): it streams, so the
-        // blocks it reads neither fill the shared block cache nor stay mapped.
-        let scan = start.map(|s| self.log.streaming_scan(s));
+        // blocks it reads neither fill the shared block cache nor stay mapped. A short one
+        // (a small Session opened by a search or a read) leaves its blocks in the cache, the
+        // first to go, so the reads that follow it (the search tail's rows, a page's rows)
+        // do not decompress them again.
+        let short = pos(end).saturating_sub(origin) <= REPLAY_CACHED_BYTES_MAX;
+        let scan = start.map(|s| {
+            if short {
+                self.log.scan(s)
+            } else {
+                self.log.streaming_scan(s)
+            }
+        });
         for (n, item) in scan.into_iter().flatten().enumerate() {
             let (loc, record, _) = item?;
             if n == 0 && skip_first {

@@ -16,6 +16,9 @@ use std::sync::{Arc, OnceLock};
 
 /// Largest compressed block accepted: zstd's bound for a 64 KiB input is a little above 64 KiB.
 const BLOCK_COMPRESSED_BYTES_MAX: u64 = 2 * BLOCK_BYTES;
+/// A sealed file at most this long is read through its map by every reader and keeps the
+/// pages its open touched: four pages, about a small Session's whole compressed log.
+const SMALL_FILE_BYTES: u64 = 16 << 10;
 
 /// A sealed segment. Creating one touches no file: the file is opened, mapped and its header,
 /// footer and block table checked on the first call that needs them ([`SealedSegment::opened`]),
@@ -271,8 +274,10 @@ impl SealedSegment {
                 // Decompressed outside the cache's lock: other readers keep going meanwhile. A
                 // bulk or streaming reader takes the compressed bytes with `pread`: a pass over
                 // much history leaves none of the file mapped, so none of it stays resident
-                // while the log is open.
-                let b = Arc::new(if hint.bulk || hint.stream {
+                // while the log is open. A small file (a small Session's whole log) is read
+                // from its map: a few pages, where a `pread` would open the file again.
+                let small = o.map.len() as u64 <= SMALL_FILE_BYTES;
+                let b = Arc::new(if (hint.bulk || hint.stream) && !small {
                     self.decompress_block_read(o, i, hint)?
                 } else {
                     self.decompress_block(o, i)?
@@ -356,10 +361,13 @@ fn open_file(fs: &dyn FileSystem, path: &Path, segment: u64) -> Result<Opened, L
     // may map in large pieces (a few MiB per file with large page-cache folios); the table is
     // copied out, so they are let go. A streaming reader then maps no page of the file at all,
     // and a reader through the map faults in only what it reads. Best effort: on failure
-    // the pages stay mapped, which costs memory, not correctness.
-    // SAFETY: the map is read-only, of a file never modified in place (docs/format.md): after
-    // DONTNEED a read of the map faults the same bytes in again from the file.
-    let _ = unsafe { map.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
+    // the pages stay mapped, which costs memory, not correctness. A small file keeps its few
+    // pages, which every reader reads through the map (see `SealedSegment::block`).
+    if len > SMALL_FILE_BYTES {
+        // SAFETY: the map is read-only, of a file never modified in place (docs/format.md):
+        // after DONTNEED a read of the map faults the same bytes in again from the file.
+        let _ = unsafe { map.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
+    }
     Ok(Opened { map, footer, table })
 }
 
