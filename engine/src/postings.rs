@@ -348,6 +348,13 @@ struct Queue {
     next_row: Option<u64>,
 }
 
+impl Queue {
+    /// Every queued job is indexed (none waits, none is being worked on).
+    fn idle(&self) -> bool {
+        !self.busy && self.jobs.is_empty()
+    }
+}
+
 /// One append's rows `[first_row, end_row)`, its events and their Locations.
 struct Job {
     first_row: u64,
@@ -1100,7 +1107,7 @@ impl Shared {
     ) {
         {
             let q = self.queue_lock();
-            if q.busy || !q.jobs.is_empty() {
+            if !q.idle() {
                 return;
             }
         }
@@ -1116,7 +1123,7 @@ impl Shared {
     /// may still be being written: until then they are served from memory.
     pub(crate) fn wait_idle(&self) {
         let mut q = self.queue_lock();
-        while q.busy || !q.jobs.is_empty() {
+        while !q.idle() {
             q = self.changed.wait(q).unwrap_or_else(|p| p.into_inner());
         }
     }

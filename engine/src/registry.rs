@@ -1339,12 +1339,16 @@ impl Shared {
                 break;
             }
             drop(stop);
-            // Derived data: a failed sync is retried next tick and, at worst, rebuilt on open.
-            let _ = self.sync_all(Checkpoint::IfGrown);
-            // Filters for the Sessions whose rows the index pool has taken since the last
-            // tick: small ones at once, others once quiet for a tick.
             let quiet_ms = self.options.index_sync_interval.as_millis() as u64;
-            self.for_each_cached(|s| s.refresh_filter_in_background(quiet_ms));
+            // One walk of the cache does both.
+            self.for_each_cached(|s| {
+                // Derived data: a failed sync is retried next tick and, at worst, rebuilt on
+                // open.
+                let _ = s.sync_indexes(Checkpoint::IfGrown);
+                // The filter of a Session whose rows the index pool has taken since the last
+                // tick: a small one at once, another once quiet for a tick.
+                s.refresh_filter_in_background(quiet_ms);
+            });
             stop = lock(&self.stop);
         }
     }
