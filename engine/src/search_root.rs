@@ -515,37 +515,30 @@ fn sessions_in_scope(
         }
     }
     let reg = lock(&sh.registry);
-    let mut entries: Vec<(&String, &crate::registry::Entry)> = Vec::new();
-    match &scope.session_ids {
-        Some(ids) => {
-            let mut ids: Vec<&String> = ids.iter().collect();
-            ids.sort();
-            ids.dedup();
-            for id in ids {
-                let (id, e) = reg.sessions.get_key_value(id.as_str()).ok_or_else(|| {
-                    EngineError::invalid(format!(
-                        "scope.sessionIds names {:?}, which is not a Session of this Root",
-                        shown(id)
-                    ))
-                })?;
-                entries.push((id, e));
-            }
+    let mut named: Vec<(&String, &crate::registry::Entry)> = Vec::new();
+    if let Some(ids) = &scope.session_ids {
+        let mut ids: Vec<&String> = ids.iter().collect();
+        ids.sort();
+        ids.dedup();
+        for id in ids {
+            let (id, e) = reg.sessions.get_key_value(id.as_str()).ok_or_else(|| {
+                EngineError::invalid(format!(
+                    "scope.sessionIds names {:?}, which is not a Session of this Root",
+                    shown(id)
+                ))
+            })?;
+            named.push((id, e));
         }
-        None => entries.extend(reg.sessions.iter()),
     }
-    if scope.workspace.is_some() {
-        entries.retain(|(_, e)| e.workspace == scope.workspace);
-    }
+    // One pass over the Sessions (each entry, its summary and its filter are touched once:
+    // at 10,000 Sessions a first page is bound by those memory reads).
+    let all = scope.session_ids.is_none().then(|| reg.sessions.iter());
+    let entries = named
+        .iter()
+        .copied()
+        .chain(all.into_iter().flatten())
+        .filter(|(_, e)| scope.workspace.is_none() || e.workspace == scope.workspace);
     let sessions_dir = sh.dir.join(SESSIONS_DIR);
-    for (id, e) in &entries {
-        if read_only {
-            // The writer's appends since the last look moved its files' times.
-            e.summary
-                .follow_times(&sessions_dir.join(id), sh.snapshot_ms);
-        } else if e.summary.times_unknown() {
-            e.summary.fill_times(&sessions_dir.join(id));
-        }
-    }
     // The registry stays locked (no Session is made meanwhile) while the journal is read;
     // only the Sessions that remain are copied out.
     let mut listed: Vec<Visit> = sh
@@ -553,8 +546,14 @@ fn sessions_in_scope(
         .view(fence, |v| {
             let quiet = v.is_quiet();
             entries
-                .iter()
                 .filter_map(|(id, e)| {
+                    if read_only {
+                        // The writer's appends since the last look moved its files' times.
+                        e.summary
+                            .follow_times(&sessions_dir.join(id), sh.snapshot_ms);
+                    } else if e.summary.times_unknown() {
+                        e.summary.fill_times(&sessions_dir.join(id));
+                    }
                     let s = &e.summary;
                     let change = if quiet {
                         None
@@ -587,7 +586,7 @@ fn sessions_in_scope(
                 .collect()
         })
         .ok_or_else(expired)?;
-    drop(entries);
+    drop(named);
     drop(reg);
     if listed.len() > keep {
         listed.select_nth_unstable_by(keep - 1, |a, b| a.key().cmp(&b.key()));
