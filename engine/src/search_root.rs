@@ -65,6 +65,8 @@ pub const SEARCH_ROOT_SESSIONS_PER_PAGE_MAX: usize = 64;
 pub const SEARCH_ROOT_OPENS_PER_PAGE_MAX: usize = 8;
 const MAGIC: u8 = b'R';
 const ID_BYTES_MAX: usize = crate::validate::ID_BYTES_MAX;
+/// From this many Sessions a first page tests their filters on two threads.
+const PARALLEL_LISTING_MIN: usize = 2048;
 
 /// Which Sessions a `searchRoot` covers; every field optional, all of them must hold.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -481,6 +483,12 @@ pub(crate) fn search_root(
     Ok(SearchRootPage { hits, next_after })
 }
 
+/// The cores this process may run on (looked up once).
+fn cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+}
+
 fn expired() -> EngineError {
     bad_cursor(
         "is too old: more commits landed since its first page than the Root remembers; start \
@@ -545,45 +553,76 @@ fn sessions_in_scope(
         .journal
         .view(fence, |v| {
             let quiet = v.is_quiet();
-            entries
-                .filter_map(|(id, e)| {
-                    if read_only {
-                        // The writer's appends since the last look moved its files' times.
-                        e.summary
-                            .follow_times(&sessions_dir.join(id), sh.snapshot_ms);
-                    } else if e.summary.times_unknown() {
-                        e.summary.fill_times(&sessions_dir.join(id));
-                    }
-                    let s = &e.summary;
-                    let change = if quiet {
-                        None
-                    } else {
-                        v.first_change_after(id)
-                    };
-                    let last_ms = match change {
-                        Some(c) if c.first_sequence == 0 => return None,
-                        Some(c) => c.previous_last_ms,
-                        None => {
-                            // Unchanged since the fence: a filter it has covers it as of the
-                            // fence (a commit clears it before it is journaled). A reader
-                            // learns of the writer's commits only when it reads the Session,
-                            // so its filters may be behind: it searches every Session.
-                            let ruled_out = !read_only
-                                && lock(&s.filter).as_ref().is_some_and(|f| !f.may_match(plan));
-                            if ruled_out {
-                                return None;
-                            }
-                            s.last_ms.load(Ordering::Acquire)
+            let test = |(id, e): (&String, &crate::registry::Entry)| -> Option<Visit> {
+                if read_only {
+                    // The writer's appends since the last look moved its files' times.
+                    e.summary
+                        .follow_times(&sessions_dir.join(id), sh.snapshot_ms);
+                } else if e.summary.times_unknown() {
+                    e.summary.fill_times(&sessions_dir.join(id));
+                }
+                let s = &e.summary;
+                let change = if quiet {
+                    None
+                } else {
+                    v.first_change_after(id)
+                };
+                let last_ms = match change {
+                    Some(c) if c.first_sequence == 0 => return None,
+                    Some(c) => c.previous_last_ms,
+                    None => {
+                        // Unchanged since the fence: a filter it has covers it as of the
+                        // fence (a commit clears it before it is journaled). A reader
+                        // learns of the writer's commits only when it reads the Session,
+                        // so its filters may be behind: it searches every Session.
+                        let ruled_out = !read_only
+                            && lock(&s.filter).as_ref().is_some_and(|f| !f.may_match(plan));
+                        if ruled_out {
+                            return None;
                         }
-                    };
-                    let before_cursor = at.is_some_and(|at| (Reverse(last_ms), id.as_str()) < at);
-                    let too_old = since_ms.is_some_and(|t| last_ms < t);
-                    (!before_cursor && !too_old).then(|| Visit {
-                        last_ms,
-                        id: (*id).clone(),
-                    })
+                        s.last_ms.load(Ordering::Acquire)
+                    }
+                };
+                let before_cursor = at.is_some_and(|at| (Reverse(last_ms), id.as_str()) < at);
+                let too_old = since_ms.is_some_and(|t| last_ms < t);
+                (!before_cursor && !too_old).then(|| Visit {
+                    last_ms,
+                    id: (*id).clone(),
                 })
-                .collect()
+            };
+            let n = reg.sessions.len();
+            let parallel = scope.session_ids.is_none()
+                && scope.workspace.is_none()
+                && n >= PARALLEL_LISTING_MIN
+                && cores() > 1;
+            match parallel.then(|| reg.sessions.keys().nth(n / 2)).flatten() {
+                // Memory bound (each Session's entry, summary and filter are cache misses):
+                // the second half on a second core.
+                Some(mid) => std::thread::scope(|sc| {
+                    let later = std::thread::Builder::new().spawn_scoped(sc, || {
+                        reg.sessions
+                            .range::<String, _>(mid..)
+                            .filter_map(test)
+                            .collect::<Vec<Visit>>()
+                    });
+                    // No thread to be had: this one lists them all.
+                    let Ok(later) = later else {
+                        return reg.sessions.iter().filter_map(test).collect();
+                    };
+                    let mut first: Vec<Visit> = reg
+                        .sessions
+                        .range::<String, _>(..mid)
+                        .filter_map(test)
+                        .collect();
+                    first.extend(
+                        later
+                            .join()
+                            .unwrap_or_else(|p| std::panic::resume_unwind(p)),
+                    );
+                    first
+                }),
+                None => entries.filter_map(test).collect(),
+            }
         })
         .ok_or_else(expired)?;
     drop(named);

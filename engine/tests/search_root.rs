@@ -546,3 +546,88 @@ fn a_search_after_a_restart_opens_only_the_sessions_that_may_match() {
         "{pages} pages"
     );
 }
+
+/// A Root of more Sessions than `searchRoot` lists on one thread: the filters are tested on
+/// two threads, each over half of the Sessions, and the pages must be what the same search
+/// gives when its scope names every Session (listed on one thread), before and after a
+/// restart (filters from the catalog).
+#[test]
+fn thousands_of_sessions_listed_on_two_threads_answer_like_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = RootOptions {
+        durability: Durability::NoSyncBulkImport,
+        ..RootOptions::default()
+    };
+    let n = 2_100;
+    let root = Root::open_or_init_with(dir.path(), options.clone()).unwrap();
+    let ids: Vec<String> = (0..n).map(|i| format!("s{i:04}")).collect();
+    for (i, id) in ids.iter().enumerate() {
+        root.create_session(CreateSessionParams {
+            session_id: Some(id.clone()),
+            workspace: None,
+            operation: format!("c{i}"),
+        })
+        .unwrap();
+        let text = match i {
+            3 | 1_049 | 1_050 | 2_099 => format!("row {i}: the tombstone stays"),
+            _ if i % 7 == 0 => format!("row {i}: a needle here"),
+            _ => format!("row {i}: ordinary words"),
+        };
+        let events: Vec<Event> = serde_json::from_value(serde_json::json!([
+            {"kind": "userMessage", "invocation": "i", "text": text, "attachments": []},
+            {"kind": "turnSettled", "invocation": "i", "outcome": "completed"},
+        ]))
+        .unwrap();
+        root.append(AppendParams {
+            session_id: id.clone(),
+            operation: "a".into(),
+            events,
+        })
+        .unwrap();
+    }
+    let all_pages = |root: &Root, query: &str, scope: Option<SearchScope>| {
+        let (mut hits, mut after) = (Vec::new(), None);
+        loop {
+            let page = root
+                .search_root(SearchRootParams {
+                    query: query.into(),
+                    case_sensitive: None,
+                    whole_word: None,
+                    scope: scope.clone(),
+                    after,
+                    limit: Some(64),
+                })
+                .unwrap();
+            hits.extend(page.hits);
+            after = page.next_after;
+            if after.is_none() {
+                return hits;
+            }
+        }
+    };
+    let every = SearchScope {
+        session_ids: Some(ids.clone()),
+        ..SearchScope::default()
+    };
+    let check = |root: &Root| {
+        // Session 1,050 is a multiple of 7 that holds the rare word instead.
+        for (query, want) in [("Tombstone", 4), ("needle", n / 7 - 1), ("qzxvjpeer", 0)] {
+            let two = all_pages(root, query, None);
+            let one = all_pages(root, query, Some(every.clone()));
+            assert_eq!(two.len(), want, "{query}");
+            assert_eq!(two, one, "{query}: the two listings differ");
+        }
+        let rare: std::collections::BTreeSet<String> = all_pages(root, "tombstone", None)
+            .into_iter()
+            .map(|h| h.session_id)
+            .collect();
+        assert_eq!(
+            rare.into_iter().collect::<Vec<_>>(),
+            ["s0003", "s1049", "s1050", "s2099"]
+        );
+    };
+    check(&root);
+    drop(root);
+    let root = Root::open_or_init_with(dir.path(), options).unwrap();
+    check(&root);
+}
