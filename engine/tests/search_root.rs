@@ -465,14 +465,28 @@ fn bad_requests_are_invalid_argument() {
     );
 }
 
+/// Options of a Root written without syncs, as the bench and an import write one.
+fn bulk_import() -> RootOptions {
+    RootOptions {
+        durability: Durability::NoSyncBulkImport,
+        ..RootOptions::default()
+    }
+}
+
+/// One user message holding `text`, and its turn settled.
+fn one_turn(text: &str) -> Vec<Event> {
+    serde_json::from_value(serde_json::json!([
+        {"kind": "userMessage", "invocation": "i", "text": text, "attachments": []},
+        {"kind": "turnSettled", "invocation": "i", "outcome": "completed"},
+    ]))
+    .unwrap()
+}
+
 /// After a restart, a search opens only the Sessions whose filters let the query through.
 #[test]
 fn a_search_after_a_restart_opens_only_the_sessions_that_may_match() {
     let dir = tempfile::tempdir().unwrap();
-    let options = RootOptions {
-        durability: Durability::NoSyncBulkImport,
-        ..RootOptions::default()
-    };
+    let options = bulk_import();
     let mut w = World {
         root: Some(Root::open_or_init_with(dir.path(), options.clone()).unwrap()),
         model: BTreeMap::new(),
@@ -486,16 +500,11 @@ fn a_search_after_a_restart_opens_only_the_sessions_that_may_match() {
         } else {
             format!("ordinary words number {i} and a needle")
         };
-        let events: Vec<Event> = serde_json::from_value(serde_json::json!([
-            {"kind": "userMessage", "invocation": "i", "text": text, "attachments": []},
-            {"kind": "turnSettled", "invocation": "i", "outcome": "completed"},
-        ]))
-        .unwrap();
         w.root()
             .append(AppendParams {
                 session_id: id,
                 operation: "a".into(),
-                events,
+                events: one_turn(&text),
             })
             .unwrap();
     }
@@ -554,10 +563,7 @@ fn a_search_after_a_restart_opens_only_the_sessions_that_may_match() {
 #[test]
 fn thousands_of_sessions_listed_on_two_threads_answer_like_one() {
     let dir = tempfile::tempdir().unwrap();
-    let options = RootOptions {
-        durability: Durability::NoSyncBulkImport,
-        ..RootOptions::default()
-    };
+    let options = bulk_import();
     let n = 2_100;
     let root = Root::open_or_init_with(dir.path(), options.clone()).unwrap();
     let ids: Vec<String> = (0..n).map(|i| format!("s{i:04}")).collect();
@@ -573,15 +579,10 @@ fn thousands_of_sessions_listed_on_two_threads_answer_like_one() {
             _ if i % 7 == 0 => format!("row {i}: a needle here"),
             _ => format!("row {i}: ordinary words"),
         };
-        let events: Vec<Event> = serde_json::from_value(serde_json::json!([
-            {"kind": "userMessage", "invocation": "i", "text": text, "attachments": []},
-            {"kind": "turnSettled", "invocation": "i", "outcome": "completed"},
-        ]))
-        .unwrap();
         root.append(AppendParams {
             session_id: id.clone(),
             operation: "a".into(),
-            events,
+            events: one_turn(&text),
         })
         .unwrap();
     }
