@@ -814,10 +814,13 @@ impl Session {
                 true,
             ),
         };
+        // None found (a new Session's first open, or one lost or refused): rebuilt from the log
+        // in memory, given its file by the first sync that has an entry to write (see
+        // `sync_and_checkpoint`), so a new Session's first commit creates no index file.
         let (receipts, f3) = match receipts_found.filter(whole) {
             Some(ix) => (ix, false),
             None => (
-                fresh_index(&receipt_path, RECEIPT_TAG, RECEIPT_ENTRY_BYTES, read_only)?,
+                fresh_index(&receipt_path, RECEIPT_TAG, RECEIPT_ENTRY_BYTES, true)?,
                 true,
             ),
         };
@@ -2095,13 +2098,29 @@ impl Session {
     }
 
     fn sync_and_checkpoint(&self, mark: &mut SyncMark, want_ckpt: bool) -> Result<(), EngineError> {
-        if want_ckpt && self.read().seq.is_detached() {
-            // `seq.idx` and `row.idx`, kept in memory since the open (no `seq.idx` was
-            // found), get their files: `seq.idx` last, so that a crash half way leaves none
-            // and the next open rebuilds them in memory again.
+        let (attach_seq, attach_receipts) = {
+            let inner = self.read();
+            let receipts = &inner.receipts;
+            (
+                want_ckpt && inner.seq.is_detached(),
+                receipts.is_detached() && (want_ckpt || !receipts.is_empty()),
+            )
+        };
+        if attach_seq || attach_receipts {
+            // Indexes kept in memory since the open get their files: `receipt.idx` once it has
+            // an entry to write (or for a checkpoint, which counts its entries); `seq.idx` and
+            // `row.idx` (no `seq.idx` was found) for a checkpoint, `seq.idx` last, so that a
+            // crash half way leaves none and the next open rebuilds them in memory again.
             let mut inner = self.write_checked()?;
             let inner = &mut *inner;
-            for ix in [&mut inner.rows, &mut inner.seq] {
+            let mut detached = Vec::with_capacity(3);
+            if attach_receipts {
+                detached.push(&mut inner.receipts);
+            }
+            if attach_seq {
+                detached.extend([&mut inner.rows, &mut inner.seq]);
+            }
+            for ix in detached {
                 if ix.is_detached() {
                     ix.attach()?;
                 }

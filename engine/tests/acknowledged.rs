@@ -282,3 +282,65 @@ fn copy_dir(from: &Path, to: &Path) {
         std::fs::copy(e.path(), to.join(e.file_name())).expect("copy");
     }
 }
+
+/// A small Session (no checkpoint): its first commit makes no index file, since its receipt
+/// index is kept in memory until a sync has an entry to write (here the close's), and a
+/// Session that never had a receipt gets none. The receipts written by the close are the
+/// evidence that its last batch was acknowledged: damage inside that batch is reported, not
+/// cut as a torn tail.
+#[test]
+fn a_small_sessions_receipt_index_is_made_by_its_first_sync_and_guards_its_last_batch() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("root");
+    let sdir = dir.join("sessions").join("s");
+    {
+        let root = Root::open_or_init_with(
+            &dir,
+            RootOptions {
+                seal_on_close_bytes_min: u64::MAX,
+                index_sync_interval: std::time::Duration::from_secs(3600),
+                ..RootOptions::default()
+            },
+        )
+        .expect("root");
+        create(&root, "s");
+        create(&root, "e");
+        for i in 0..3 {
+            let json = format!(
+                r#"[{{"kind":"userMessage","invocation":"i{i}","text":"turn {i}","attachments":[]}}]"#
+            );
+            append(&root, "s", &format!("a{i}"), &json).expect("append");
+        }
+        assert_eq!(root.revision("e").expect("e"), 1);
+        assert!(
+            !sdir.join("receipt.idx").exists(),
+            "the commits made no index file"
+        );
+    }
+    assert!(sdir.join("receipt.idx").exists(), "the close wrote it");
+    assert!(!sdir.join("state.ckpt").exists(), "small: no checkpoint");
+    assert!(
+        !dir.join("sessions").join("e").join("receipt.idx").exists(),
+        "no receipt, no receipt index"
+    );
+    {
+        let root = Root::open(&dir).expect("reopen");
+        assert_eq!(root.revision("s").expect("rev"), 4);
+        assert_eq!(root.revision("e").expect("rev"), 1);
+    }
+    // A byte of the last batch (its receipt record) flipped.
+    let seg = active_segment(&dir, "s");
+    let mut bytes = std::fs::read(&seg).expect("read");
+    let at = bytes.iter().rposition(|b| *b != 0).expect("frames") - 4;
+    bytes[at] ^= 0x20;
+    std::fs::write(&seg, &bytes).expect("write");
+    let log_files = names(&sdir.join("log"));
+    let root = Root::open(&dir).expect("open");
+    let err = root.revision("s").expect_err("the damage is found");
+    assert_eq!(err.kind(), ErrorKind::Corrupt, "{err}");
+    assert!(root.recoveries().is_empty(), "nothing cut");
+    assert_eq!(root.revision("e").expect("the other Session"), 1);
+    drop(root);
+    assert_eq!(names(&sdir.join("log")), log_files, "nothing is cut");
+    assert_eq!(std::fs::read(&seg).expect("read"), bytes, "nor rewritten");
+}
