@@ -252,13 +252,39 @@ fn set_bits(b: &[u8], count: usize, mut f: impl FnMut(u64)) -> Result<usize, Blo
         return Ok(0);
     }
     let mut seen = 0;
-    for (i, &byte) in b.iter().enumerate() {
+    // Eight bytes at a time: a word read may hold bytes past the block (the next block's),
+    // whose bits are never reached, since the count-th set bit ends the block.
+    let mut words = b.chunks_exact(8);
+    let mut at = 0u64;
+    for word in &mut words {
+        let mut w = u64::from_le_bytes(word.try_into().expect("8 bytes"));
+        if seen + (w.count_ones() as usize) < count {
+            seen += w.count_ones() as usize;
+            while w != 0 {
+                f(at + u64::from(w.trailing_zeros()));
+                w &= w - 1;
+            }
+        } else {
+            loop {
+                let p = at + u64::from(w.trailing_zeros());
+                f(p);
+                seen += 1;
+                if seen == count {
+                    return Ok((p / 8 + 1) as usize);
+                }
+                w &= w - 1;
+            }
+        }
+        at += 64;
+    }
+    for (i, &byte) in words.remainder().iter().enumerate() {
         let mut w = byte;
         while w != 0 {
-            f(i as u64 * 8 + u64::from(w.trailing_zeros()));
+            let p = at + i as u64 * 8 + u64::from(w.trailing_zeros());
+            f(p);
             seen += 1;
             if seen == count {
-                return Ok(i + 1);
+                return Ok((p / 8 + 1) as usize);
             }
             w &= w - 1;
         }
@@ -332,39 +358,32 @@ fn decode_body(
     let body = 1 + used;
     out.reserve(n as usize);
     out.push(first);
-    // Offsets from `first`, as u64 so that damaged input cannot wrap.
-    let push = |u: u64, out: &mut Vec<u32>| -> Result<(), BlockFault> {
-        let d = u64::from(first) + u;
-        let d = u32::try_from(d).map_err(|_| BlockFault::Overflow)?;
-        if d <= *out.last().expect("first is pushed") {
-            return Err(BlockFault::NotAscending);
-        }
-        out.push(d);
-        Ok(())
-    };
-    let mut fault = None;
-    let end = if (PACKED_MODE..=PACKED_MODE + 32).contains(&mode) {
+    // Values are computed as u64 from `first`, so that damaged input cannot wrap, and
+    // checked once at the end: gaps and bit positions ascend by construction (only the
+    // Elias-Fano form can fall out of order), so a block is in order and in range when it
+    // ascends (that form only) and its last value fits in u32. Damage is found as before,
+    // as whichever fault this finds first, and reported after the caller's checksum.
+    let base = u64::from(first);
+    let (end, last, ascending) = if (PACKED_MODE..=PACKED_MODE + 32).contains(&mode) {
         let width = u32::from(mode - PACKED_MODE);
         let len = (m as u64 * u64::from(width)).div_ceil(8) as usize;
         let Some(bits) = b.get(body..body + len) else {
             return Err(BlockFault::Truncated);
         };
         let mut gaps = Packed::new(bits, width);
-        let mut u = 0u64;
-        for _ in 0..m {
-            u += gaps.get() + 1;
-            if fault.is_none() {
-                fault = push(u, out).err();
-            }
-        }
-        body + len
+        let mut d = base;
+        out.extend((0..m).map(|_| {
+            d += gaps.get() + 1;
+            d as u32
+        }));
+        (body + len, d, true)
     } else if mode == BITMAP_MODE {
+        let mut d = base;
         let len = set_bits(&b[body..], m, |p| {
-            if fault.is_none() {
-                fault = push(p + 1, out).err();
-            }
+            d = base + p + 1;
+            out.push(d as u32);
         })?;
-        body + len
+        (body + len, d, true)
     } else {
         let l = u32::from(mode);
         let low_len = (m as u64 * u64::from(l)).div_ceil(8) as usize;
@@ -373,21 +392,25 @@ fn decode_body(
         };
         let high_at = body + low_len;
         let mut lows = Packed::new(low, l);
-        let mut i = 0u64;
+        let (mut i, mut d, mut ascending) = (0u64, base, true);
         let len = set_bits(&b[high_at..], m, |p| {
-            let lo = lows.get();
-            // p = high + i, and p >= i because positions ascend by at least one.
-            let high = p - i;
+            // p = high + i, and p >= i because positions ascend by at least one. A high past
+            // u32 is held at 2^32 (the shift stays in u64), which the range check refuses.
+            let high = (p - i).min(1 << 32);
             i += 1;
-            if fault.is_none() {
-                fault = if high > u64::from(u32::MAX) {
-                    Some(BlockFault::Overflow)
-                } else {
-                    push((high << l) | lo, out).err()
-                };
-            }
+            let next = base + ((high << l) | lows.get());
+            ascending &= next > d;
+            d = next;
+            out.push(d as u32);
         })?;
-        high_at + len
+        (high_at + len, d, ascending)
+    };
+    let fault = if !ascending {
+        Some(BlockFault::NotAscending)
+    } else if last > u64::from(u32::MAX) {
+        Some(BlockFault::Overflow)
+    } else {
+        None
     };
     Ok((end, fault))
 }
@@ -411,6 +434,41 @@ mod tests {
             "beyond u32"
         );
         assert_eq!(get_varint(&[0x80]), None);
+    }
+
+    /// Bodies whose checksum would pass but whose values are wrong: each form's fault is
+    /// found, none panics, and nothing decoded is kept.
+    #[test]
+    fn bodies_out_of_order_or_range_are_faults() {
+        let body = |mode: u8, first: u32, rest: &[u8]| {
+            let mut b = vec![mode];
+            put_varint(&mut b, first);
+            b.extend_from_slice(rest);
+            b
+        };
+        let mut out = Vec::new();
+        let mut decode = |b: &[u8], n: u32| {
+            let r = decode_block_body(b, n, &mut out);
+            (r, out.len())
+        };
+        // Bit-packed gaps of 0 and 0 (each +1) after u32::MAX - 1: the second passes u32.
+        let packed = body(PACKED_MODE + 8, u32::MAX - 1, &[0, 0]);
+        assert_eq!(decode(&packed, 3), (Err(BlockFault::Overflow), 0));
+        assert_eq!(decode(&packed, 2), (Ok(packed.len() - 1), 2), "in range");
+        // Bitmap of positions 0 and 1 after u32::MAX - 1.
+        let bitmap = body(BITMAP_MODE, u32::MAX - 1, &[0b11]);
+        assert_eq!(decode(&bitmap, 3), (Err(BlockFault::Overflow), 0));
+        // Elias-Fano, 4 low bits: lows 5 then 3 under the same high: 5, then 3.
+        let ef = body(4, 0, &[0x35, 0b11]);
+        assert_eq!(decode(&ef, 3), (Err(BlockFault::NotAscending), 0));
+        let ef = body(4, 0, &[0x53, 0b11]);
+        assert_eq!(decode(&ef, 3), (Ok(ef.len()), 3), "3, then 5");
+        // Elias-Fano, 31 low bits, its high bit far out: held in range, refused.
+        let mut far = vec![0u8; 8];
+        far.extend(std::iter::repeat_n(0u8, 1 << 12));
+        far.push(1);
+        let ef = body(31, 0, &far[..]);
+        assert_eq!(decode(&ef, 2).0, Err(BlockFault::Overflow));
     }
 
     #[test]
