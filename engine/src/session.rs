@@ -1245,17 +1245,19 @@ impl Session {
     }
 
     /// Roughly the memory this open Session holds: decoded events in its cache, the mapped
-    /// bytes of its three fixed-width indexes and of its loaded search postings files (a
-    /// search's lookups keep their pages resident while the Session is open). The search
-    /// tail is bounded by the segment size, log blocks by the Root's block cache.
+    /// bytes of its three fixed-width indexes, of its loaded search postings files (a
+    /// search's lookups keep their pages resident while the Session is open) and of its small
+    /// sealed log files (read through their maps). The search tail is bounded by the segment
+    /// size, log blocks by the Root's block cache.
     pub(crate) fn resident_bytes(&self) -> u64 {
         let cached = lock_cache(&self.cache).bytes as u64;
         let postings = self.search.mapped_bytes();
+        let sealed = self.log.sealed_map_bytes();
         let inner = self.read();
         let mapped = inner.seq.len() * u64::from(SEQ_ENTRY_BYTES)
             + inner.rows.len() * u64::from(ROW_ENTRY_BYTES)
             + inner.receipts.len() * u64::from(RECEIPT_ENTRY_BYTES);
-        cached + mapped + postings
+        cached + mapped + postings + sealed
     }
 
     /// Closes the Session as the Root's close does, before its last reference goes: indexes

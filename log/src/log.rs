@@ -1316,6 +1316,19 @@ impl Log {
         self.shared.config.segment_bytes_max
     }
 
+    /// Bytes of sealed segment files this handle keeps mapped and read through the map: the
+    /// small ones it opened (16 KiB at most each; a larger file's pages are let go after its
+    /// checks). For a caller that keeps many logs open within a memory budget.
+    pub fn sealed_map_bytes(&self) -> u64 {
+        read_lock(&self.shared.segments)
+            .values()
+            .map(|e| match &e.seg {
+                Seg::Sealed(s) => s.resident_map_bytes(),
+                Seg::Active(_) => 0,
+            })
+            .sum()
+    }
+
     /// Paths of sealed (immutable) segment files, oldest first.
     pub fn sealed_segment_paths(&self) -> Vec<PathBuf> {
         read_lock(&self.shared.segments)

@@ -88,6 +88,20 @@ impl SealedSegment {
         Ok(self.opened.get_or_init(|| o))
     }
 
+    /// Bytes of this file that stay mapped and read while it is open: the whole of a small
+    /// file once opened (every reader reads it through its map), none of a larger one (its
+    /// pages are let go after the open's checks, and bulk readers `pread` it).
+    pub fn resident_map_bytes(&self) -> u64 {
+        self.opened.get().map_or(0, |o| {
+            let len = o.map.len() as u64;
+            if len <= SMALL_FILE_BYTES {
+                len
+            } else {
+                0
+            }
+        })
+    }
+
     /// Length of the logical stream (opens the file on first use).
     pub fn logical_len(&self) -> Result<u64, LogError> {
         Ok(self.opened()?.logical_len())

@@ -250,3 +250,33 @@ fn an_unsynced_new_segment_that_reads_as_zeros_is_a_torn_create() {
     std::fs::write(&seg0, bytes).unwrap();
     assert!(Log::open(&d, cfg()).is_err());
 }
+
+/// A small sealed file, once read, stays mapped and is counted by `sealed_map_bytes`; a
+/// larger one is read without keeping its pages and counts nothing.
+#[test]
+fn the_maps_of_small_sealed_files_are_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let sealed_of = |name: &str, records: usize| {
+        let d = dir.path().join(name);
+        let log = Log::create(&d, cfg()).unwrap();
+        let want: Vec<Vec<u8>> = (0..records).map(|i| text(i, 2_000)).collect();
+        append_all(&log, &want);
+        log.seal_when_closed(1);
+        drop(log);
+        settle(&d);
+        let size = std::fs::metadata(d.join("00000000000000000000.sealed"))
+            .unwrap()
+            .len();
+        let (log, _) = Log::open(&d, cfg()).unwrap();
+        assert_eq!(log.sealed_map_bytes(), 0, "not opened before a read");
+        assert_eq!(payloads(&log), want);
+        (log.sealed_map_bytes(), size)
+    };
+    let (counted, size) = sealed_of("small", 4);
+    assert!(size <= 16 << 10, "small: {size}");
+    assert_eq!(counted, size);
+    // Enough records that their sealed file passes 16 KiB.
+    let (counted, size) = sealed_of("large", 400);
+    assert!(size > 16 << 10, "large: {size}");
+    assert_eq!(counted, 0);
+}
