@@ -34,12 +34,14 @@ const LINGER: Duration = Duration::from_millis(500);
 
 /// Threads at most: the machine's parallelism, from 1 to 4.
 pub(crate) fn threads_max() -> usize {
-    static MAX: OnceLock<usize> = OnceLock::new();
-    *MAX.get_or_init(|| {
-        std::thread::available_parallelism()
-            .map_or(2, |n| n.get())
-            .clamp(1, 4)
-    })
+    cores().clamp(1, 4)
+}
+
+/// The cores this process may run on, looked up once (1 when the system cannot say); every
+/// thread count of the engine starts from it.
+pub(crate) fn cores() -> usize {
+    static CORES: OnceLock<usize> = OnceLock::new();
+    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 fn lock() -> MutexGuard<'static, Pool> {

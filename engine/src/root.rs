@@ -927,8 +927,7 @@ impl Root {
                 lock(&task).advance(next.load(Ordering::Relaxed).min(ids.len()) as u64);
             }
         };
-        let threads = std::thread::available_parallelism()
-            .map_or(1, std::num::NonZeroUsize::get)
+        let threads = crate::index_pool::cores()
             .clamp(1, VERIFY_THREADS_MAX)
             .min(ids.len().max(1));
         let mut walked: Vec<_> = std::thread::scope(|scope| {

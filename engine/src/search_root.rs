@@ -483,12 +483,6 @@ pub(crate) fn search_root(
     Ok(SearchRootPage { hits, next_after })
 }
 
-/// The cores this process may run on (looked up once).
-fn cores() -> usize {
-    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *CORES.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-}
-
 fn expired() -> EngineError {
     bad_cursor(
         "is too old: more commits landed since its first page than the Root remembers; start \
@@ -594,7 +588,7 @@ fn sessions_in_scope(
             let parallel = scope.session_ids.is_none()
                 && scope.workspace.is_none()
                 && n >= PARALLEL_LISTING_MIN
-                && cores() > 1;
+                && crate::index_pool::cores() > 1;
             match parallel.then(|| reg.sessions.keys().nth(n / 2)).flatten() {
                 // Memory bound (each Session's entry, summary and filter are cache misses):
                 // the second half on a second core.
