@@ -258,8 +258,9 @@ fn set_bits(b: &[u8], count: usize, mut f: impl FnMut(u64)) -> Result<usize, Blo
     let mut at = 0u64;
     for word in &mut words {
         let mut w = u64::from_le_bytes(word.try_into().expect("8 bytes"));
-        if seen + (w.count_ones() as usize) < count {
-            seen += w.count_ones() as usize;
+        let ones = w.count_ones() as usize;
+        if seen + ones < count {
+            seen += ones;
             while w != 0 {
                 f(at + u64::from(w.trailing_zeros()));
                 w &= w - 1;
