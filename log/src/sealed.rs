@@ -53,6 +53,12 @@ impl Opened {
     pub fn blocks(&self) -> u32 {
         self.footer.blocks
     }
+
+    /// A small file (a small Session's whole log): every reader reads it through its map,
+    /// whose pages stay (see `SealedSegment::block`).
+    fn is_small(&self) -> bool {
+        self.map.len() as u64 <= SMALL_FILE_BYTES
+    }
 }
 
 impl SealedSegment {
@@ -92,14 +98,10 @@ impl SealedSegment {
     /// file once opened (every reader reads it through its map), none of a larger one (its
     /// pages are let go after the open's checks, and bulk readers `pread` it).
     pub fn resident_map_bytes(&self) -> u64 {
-        self.opened.get().map_or(0, |o| {
-            let len = o.map.len() as u64;
-            if len <= SMALL_FILE_BYTES {
-                len
-            } else {
-                0
-            }
-        })
+        self.opened
+            .get()
+            .filter(|o| o.is_small())
+            .map_or(0, |o| o.map.len() as u64)
     }
 
     /// Length of the logical stream (opens the file on first use).
@@ -290,8 +292,7 @@ impl SealedSegment {
                 // much history leaves none of the file mapped, so none of it stays resident
                 // while the log is open. A small file (a small Session's whole log) is read
                 // from its map: a few pages, where a `pread` would open the file again.
-                let small = o.map.len() as u64 <= SMALL_FILE_BYTES;
-                let b = Arc::new(if (hint.bulk || hint.stream) && !small {
+                let b = Arc::new(if (hint.bulk || hint.stream) && !o.is_small() {
                     self.decompress_block_read(o, i, hint)?
                 } else {
                     self.decompress_block(o, i)?

@@ -252,12 +252,16 @@ fn set_bits(b: &[u8], count: usize, mut f: impl FnMut(u64)) -> Result<usize, Blo
         return Ok(0);
     }
     let mut seen = 0;
-    // Eight bytes at a time: a word read may hold bytes past the block (the next block's),
-    // whose bits are never reached, since the count-th set bit ends the block.
-    let mut words = b.chunks_exact(8);
-    let mut at = 0u64;
-    for word in &mut words {
-        let mut w = u64::from_le_bytes(word.try_into().expect("8 bytes"));
+    // Eight bytes at a time, the last few padded with zeros: a word read may hold bytes past
+    // the block (the next block's), whose bits are never reached, since the count-th set bit
+    // ends the block.
+    let words = b.chunks_exact(8);
+    let mut tail = [0u8; 8];
+    tail[..words.remainder().len()].copy_from_slice(words.remainder());
+    let words = words
+        .map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")))
+        .chain(std::iter::once(u64::from_le_bytes(tail)));
+    for (at, mut w) in (0u64..).step_by(64).zip(words) {
         let ones = w.count_ones() as usize;
         if seen + ones < count {
             seen += ones;
@@ -265,23 +269,10 @@ fn set_bits(b: &[u8], count: usize, mut f: impl FnMut(u64)) -> Result<usize, Blo
                 f(at + u64::from(w.trailing_zeros()));
                 w &= w - 1;
             }
-        } else {
-            loop {
-                let p = at + u64::from(w.trailing_zeros());
-                f(p);
-                seen += 1;
-                if seen == count {
-                    return Ok((p / 8 + 1) as usize);
-                }
-                w &= w - 1;
-            }
+            continue;
         }
-        at += 64;
-    }
-    for (i, &byte) in words.remainder().iter().enumerate() {
-        let mut w = byte;
-        while w != 0 {
-            let p = at + i as u64 * 8 + u64::from(w.trailing_zeros());
+        loop {
+            let p = at + u64::from(w.trailing_zeros());
             f(p);
             seen += 1;
             if seen == count {
