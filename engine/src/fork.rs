@@ -245,6 +245,7 @@ impl Root {
                     import: None,
                     slot: Default::default(),
                     summary,
+                    spare: None,
                 },
             );
             drop(reg);

@@ -112,6 +112,7 @@ mod root_diagnostics;
 pub mod search;
 mod search_root;
 mod session;
+mod spares;
 mod state;
 mod sync;
 pub mod validate;

@@ -81,6 +81,43 @@ pub(crate) struct SessionRecord {
     pub params: [u8; 32],
 }
 
+/// The payload of a [`KIND_SESSION`] record: the [`SessionRecord`], then, when the Session's
+/// directory was a spare (`crate::spares`), that spare's name as a postcard string. Records
+/// written before spares end after the `SessionRecord`; earlier builds read this one as they
+/// read those (postcard ignores what follows a value).
+pub(crate) fn encode_session(r: &SessionRecord, spare: Option<&str>) -> Vec<u8> {
+    let mut bytes = encode(r);
+    if let Some(name) = spare {
+        bytes.extend_from_slice(&encode(&name));
+    }
+    bytes
+}
+
+/// Reads what [`encode_session`] wrote.
+pub(crate) fn decode_session(
+    path: &Path,
+    bytes: &[u8],
+) -> Result<(SessionRecord, Option<String>), EngineError> {
+    let bad = |e: postcard::Error| {
+        EngineError::corrupt(path, format!("cannot decode a Session record: {e}"))
+    };
+    let (r, rest) = postcard::take_from_bytes::<SessionRecord>(bytes).map_err(bad)?;
+    if rest.is_empty() {
+        return Ok((r, None));
+    }
+    let (name, rest) = postcard::take_from_bytes::<String>(rest).map_err(bad)?;
+    if !rest.is_empty() || !crate::spares::is_spare_name(&name) {
+        return Err(EngineError::corrupt(
+            path,
+            format!(
+                "a Session record of {} names no spare directory",
+                r.session_id
+            ),
+        ));
+    }
+    Ok((r, Some(name)))
+}
+
 /// Root log payload of [`KIND_IMPORTED_SESSION`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct ImportRecord {
@@ -433,6 +470,47 @@ pub fn registration(
 #[allow(clippy::unwrap_used)]
 mod registration_tests {
     use super::*;
+
+    #[test]
+    fn a_session_records_spare_name_is_checked() {
+        let p = Path::new("root-log");
+        let r = SessionRecord {
+            session_id: "s1".into(),
+            workspace: Some("/w".into()),
+            branch: None,
+            operation: "op".into(),
+            params: [7; 32],
+        };
+        assert_eq!(
+            decode_session(p, &encode_session(&r, None)).unwrap(),
+            (r.clone(), None)
+        );
+        let named = encode_session(&r, Some(".spare-00ab-1"));
+        assert_eq!(
+            decode_session(p, &named).unwrap(),
+            (r.clone(), Some(".spare-00ab-1".to_owned()))
+        );
+        // An earlier build reads the record and ignores the name.
+        assert_eq!(
+            decode::<SessionRecord>(p, "a Session record", &named).unwrap(),
+            r
+        );
+        for bad in [
+            "../x",
+            ".spare-",
+            ".spare-a/b",
+            "s1",
+            ".spare-..",
+            ".spare-a b",
+        ] {
+            let e = decode_session(p, &encode_session(&r, Some(bad))).unwrap_err();
+            assert_eq!(e.kind(), crate::ErrorKind::Corrupt, "{bad}: {e}");
+        }
+        let mut trailing = named.clone();
+        trailing.push(0);
+        assert!(decode_session(p, &trailing).is_err());
+        assert!(decode_session(p, &named[..named.len() - 1]).is_err());
+    }
 
     #[test]
     fn every_registration_kind_names_its_session() {

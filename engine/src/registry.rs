@@ -19,7 +19,7 @@ use std::fs::File;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -204,6 +204,19 @@ pub(crate) struct Entry {
     pub(crate) slot: SessionSlot,
     /// What listings show without opening the Session (see `crate::catalog`).
     pub(crate) summary: Arc<Summary>,
+    /// The spare directory createSession took for it (see `crate::spares`).
+    pub(crate) spare: Option<SpareOf>,
+}
+
+/// The spare directory a Session's was made from.
+#[derive(Clone)]
+pub(crate) struct SpareOf {
+    /// Its name in `sessions/` (the Root-log record's).
+    pub(crate) name: String,
+    /// This open took the spare and the Session's directory is still that spare (no crash
+    /// or rebuild since): every name in it is durable but the rename into place, so its
+    /// first commit syncs `sessions/` alone.
+    pub(crate) fresh: Arc<AtomicBool>,
 }
 
 /// What an imported Session's Root-log record says beyond its id and workspace.
@@ -229,6 +242,7 @@ impl Entry {
             }),
             slot: Arc::default(),
             summary,
+            spare: None,
         }
     }
 
@@ -268,7 +282,9 @@ pub(crate) struct Shared {
     block_cache: Arc<logbook_log::BlockCache>,
     /// Syncs of `sessions/` after a new Session's directory is renamed into it, shared by
     /// creations running at once.
-    sessions_sync: crate::fsutil::SharedDirSync,
+    sessions_sync: Arc<crate::fsutil::SharedDirSync>,
+    /// Session directories made ahead of createSession (a writer in `Sync` mode only).
+    spares: OnceLock<crate::spares::Spares>,
     /// The writer lock (see `take_lock`); released when the last reference goes. A reader's
     /// holds the directory's descriptor only.
     _lock: WriterLock,
@@ -645,14 +661,14 @@ impl Shared {
         }
         let mut registry = Registry::default();
         let extras = Extras::default();
-        let mut last: Option<SessionRecord> = None;
+        let mut last: Option<(SessionRecord, Option<String>)> = None;
         let mut last_fork = None;
         for item in root_log.streaming_scan(root_log.start()) {
             let (loc, record, _) = item?;
             // Only the last record can be a registration whose directory is unfinished.
             (last, last_fork) =
                 match register(root_log.dir(), &mut registry, &extras, loc, &record)? {
-                    Registered::Session(r) => (Some(r), None),
+                    Registered::Session(r, spare) => (Some((r, spare)), None),
                     // Only a copied fork has a staging directory to finish on open.
                     Registered::Fork(r, layered) => (None, (!layered).then_some(r)),
                     Registered::Import(_) => (None, None),
@@ -701,7 +717,8 @@ impl Shared {
             ids,
             blobs: BlobStore::new(dir),
             block_cache: logbook_log::BlockCache::new(options.block_cache_bytes),
-            sessions_sync: crate::fsutil::SharedDirSync::default(),
+            sessions_sync: Arc::default(),
+            spares: OnceLock::new(),
             options,
             _lock: lock_file,
             mark,
@@ -733,10 +750,17 @@ impl Shared {
             // The writer finishes what it left half done; a reader changes nothing.
             return Ok(shared);
         }
-        // Creations are serialised and finished before the next starts, so only the last
-        // registered Session can lack its directory.
-        if let Some(r) = last {
-            shared.materialize(&r.session_id, r.workspace, r.branch)?;
+        if shared.options.durability == Durability::Sync {
+            let spares = crate::spares::Spares::new(
+                shared.dir.join(SESSIONS_DIR),
+                shared.log_config(),
+                shared.ids.epoch(),
+            );
+            let _ = shared.spares.set(spares);
+        }
+        // The last registered Session may lack its directory (others are made on their use).
+        if let Some((r, spare)) = last {
+            shared.materialize(&r.session_id, r.workspace, r.branch, spare.as_deref())?;
         }
         finish_forks_on_open(&shared, last_fork.as_ref(), !closed_cleanly)?;
         Ok(shared)
@@ -745,8 +769,8 @@ impl Shared {
 
 /// What a Root-log record registered (see [`register`]).
 enum Registered {
-    /// A Session made by createSession.
-    Session(SessionRecord),
+    /// A Session made by createSession, and the spare directory it took.
+    Session(SessionRecord, Option<String>),
     /// A fork (layered or copied).
     Fork(ForkRecord, bool),
     /// An imported Session, by id.
@@ -784,7 +808,7 @@ fn register(
             format!("unknown record kind {} at {loc:?}", record.kind),
         ));
     }
-    let r: SessionRecord = records::decode(root_log_dir, "a Session record", &record.payload)?;
+    let (r, spare) = records::decode_session(root_log_dir, &record.payload)?;
     registry
         .receipts
         .insert(r.operation.clone(), (r.params, r.session_id.clone()));
@@ -797,9 +821,13 @@ fn register(
             import: None,
             slot: Arc::default(),
             summary: Arc::default(),
+            spare: spare.clone().map(|name| SpareOf {
+                name,
+                fresh: Arc::default(),
+            }),
         },
     );
-    Ok(Registered::Session(r))
+    Ok(Registered::Session(r, spare))
 }
 
 impl Shared {
@@ -846,7 +874,7 @@ impl Shared {
         for item in self.root_log.scan(followed.0) {
             let (loc, record, _) = item?;
             let id = match register(self.root_log.dir(), &mut reg, &self.extras, loc, &record)? {
-                Registered::Session(r) => r.session_id,
+                Registered::Session(r, _) => r.session_id,
                 Registered::Fork(r, _) => r.session_id,
                 Registered::Import(id) => id,
             };
@@ -1001,7 +1029,7 @@ impl Shared {
     }
 
     fn session_once(&self, id: &str) -> Result<Arc<Session>, EngineError> {
-        let (slot, layered, plain, imported, summary) = {
+        let (slot, layered, plain, imported, summary, spare) = {
             let reg = lock(&self.registry);
             let e = reg
                 .sessions
@@ -1017,6 +1045,7 @@ impl Shared {
                 plain,
                 imported,
                 Arc::clone(&e.summary),
+                e.spare.clone(),
             )
         };
         let mut guard = lock(&slot);
@@ -1069,7 +1098,10 @@ impl Shared {
         if let Some(workspace) = plain.clone().filter(|_| !present) {
             // Registered, but the rename into place failed or a crash came first, or the
             // creation's files (written unsynced) never reached the disk.
-            self.materialize(id, workspace, None)?;
+            let spare_name = spare.as_ref().map(|s| s.name.as_str());
+            if self.materialize(id, workspace, None, spare_name)? {
+                spare_rebuilt(spare.as_ref());
+            }
             present = dir.is_dir();
         }
         if !present {
@@ -1105,7 +1137,8 @@ impl Shared {
                     "Session {id}: its files were lost before its first commit; made again from its registration"
                 ));
                 crate::fsutil::remove_any(&dir)?;
-                self.materialize(id, workspace, None)?;
+                spare_rebuilt(spare.as_ref());
+                self.materialize(id, workspace, None, None)?;
                 opened = open(None);
             }
         }
@@ -1115,7 +1148,8 @@ impl Shared {
             _ => e,
         })?);
         if plain.is_some() && s.read().state.revision == 1 {
-            s.sync_names_at_first_commit(vec![dir.clone(), self.dir.join(SESSIONS_DIR)]);
+            let fresh = spare.is_some_and(|s| s.fresh.load(Ordering::Acquire));
+            s.sync_names_at_first_commit(self.names_of_new(&dir, fresh));
         }
         for (source, operation) in lock(&self.extras.forks).keys() {
             if source == id {
@@ -1207,11 +1241,35 @@ impl Shared {
         Ok(())
     }
 
+    /// What a Session's first commit calls to make the names of its directory, written
+    /// unsynced by its creation, durable: its log's directory, its own, then `sessions/`
+    /// (shared by the first commits running at once, as the creations share it). For a
+    /// `fresh` spare (see [`SpareOf::fresh`]) only `sessions/`.
+    fn names_of_new(&self, dir: &Path, fresh: bool) -> logbook_log::NameSync {
+        let fs: Arc<dyn logbook_log::io::FileSystem> = match &self.options.log_fs {
+            Some(fs) => Arc::clone(fs),
+            None => Arc::new(logbook_log::io::RealFs),
+        };
+        let (dir, sessions) = (dir.to_path_buf(), self.dir.join(SESSIONS_DIR));
+        let shared = Arc::clone(&self.sessions_sync);
+        logbook_log::NameSync::new(move || {
+            if !fresh {
+                fs.sync_dir(&dir.join("log"))?;
+                fs.sync_dir(&dir)?;
+            }
+            shared.sync_with(|| fs.sync_dir(&sessions))
+        })
+    }
+
     /// Writes the Root-log record that registers a new Session: the creation's commit point.
     /// The Session's directory is built (under its staging name) before, and put in place
     /// after; a crash or a failed rename in between is finished on the Session's next use.
-    pub(crate) fn append_session_record(&self, r: &SessionRecord) -> Result<(), EngineError> {
-        let payload = records::encode(r);
+    pub(crate) fn append_session_record(
+        &self,
+        r: &SessionRecord,
+        spare: Option<&str>,
+    ) -> Result<(), EngineError> {
+        let payload = records::encode_session(r, spare);
         self.root_log.append(&[Record {
             kind: records::KIND_SESSION,
             payload: &payload,
@@ -1266,18 +1324,46 @@ impl Shared {
     /// Finishes registered Session `id` whose directory is missing: a creation that a crash
     /// or a failed rename interrupted after its Root-log record, or whose unsynced files a
     /// power loss took (the record is the commit; the directory's content, one
-    /// `sessionCreated` event, follows from it).
+    /// `sessionCreated` event, follows from it). The spare the record names, when it is
+    /// still there, is renamed into place; otherwise the directory is built again. Returns
+    /// whether it was built again.
     pub(crate) fn materialize(
         &self,
         id: &str,
         workspace: Option<String>,
         branch: Option<Branch>,
-    ) -> Result<(), EngineError> {
-        if self.dir.join(SESSIONS_DIR).join(id).exists() {
-            return Ok(());
+        spare: Option<&str>,
+    ) -> Result<bool, EngineError> {
+        let sessions = self.dir.join(SESSIONS_DIR);
+        if sessions.join(id).exists() {
+            return Ok(false);
+        }
+        if let Some(spare) = spare.map(|name| sessions.join(name)).filter(|p| p.is_dir()) {
+            self.place_unsynced(&spare, id)?;
+            return Ok(false);
         }
         let staging = self.build_staging(id, workspace, branch)?;
-        self.place_unsynced(&staging, id)
+        self.place_unsynced(&staging, id)?;
+        Ok(true)
+    }
+
+    pub(crate) fn spares(&self) -> Option<&crate::spares::Spares> {
+        self.spares.get()
+    }
+
+    /// Takes a ready spare directory and writes Session `id`'s creation into it (see
+    /// `crate::spares`); `None` when no spare is ready or filling it failed (the spare is
+    /// then removed, and the creation builds its directory itself).
+    pub(crate) fn fill_spare(&self, workspace: Option<String>) -> Option<(PathBuf, String)> {
+        let name = self.spares.get()?.take()?;
+        let dir = self.dir.join(SESSIONS_DIR).join(&name);
+        match Session::write_created(&dir, workspace, self.log_config()) {
+            Ok(()) => Some((dir, name)),
+            Err(_) => {
+                let _ = crate::fsutil::remove_any(&dir);
+                None
+            }
+        }
     }
 
     /// The Sessions open now (the cache's content).
@@ -1372,6 +1458,11 @@ impl Drop for Shared {
             lock(&e.slot).take();
         }
         logbook_log::settle_closed_seals(&self.dir.join(SESSIONS_DIR), CLOSED_SEALS_WAIT_MAX);
+        if let Some(spares) = self.spares.get() {
+            // Best effort: a spare left behind is removed by the scan after an unclean end,
+            // or stays as an empty directory no record names.
+            let _ = spares.close();
+        }
         // Every Session's log is closed now, each fully synced or marked by itself; the Root
         // log's commits are synced (a sync here costs nothing then, and a failed one leaves
         // the mark for the next open).
@@ -1442,6 +1533,7 @@ pub(crate) fn load_fork_record(
         import: None,
         slot: Default::default(),
         summary: Default::default(),
+        spare: None,
     };
     Ok((r.session_id.clone(), entry, r))
 }
@@ -1480,10 +1572,27 @@ pub(crate) fn finish_forks_on_open(
     let entries =
         std::fs::read_dir(&sessions).map_err(|e| EngineError::io(&sessions, "list", e))?;
     let mut removed = false;
+    // Spares that registered Sessions took, by name (made at the first spare found).
+    let mut taken: Option<HashMap<String, String>> = None;
     for e in entries {
         let e = e.map_err(|e| EngineError::io(&sessions, "list", e))?;
         let name = e.file_name().to_string_lossy().into_owned();
-        if let Some(id) = name.strip_prefix(IMPORT_STAGING_PREFIX) {
+        if name.starts_with(crate::spares::SPARE_PREFIX) {
+            // One a committed creation took, whose rename a crash interrupted, goes into
+            // place; any other (ready, or taken by a creation that never committed) is
+            // scratch.
+            let taken = taken.get_or_insert_with(|| {
+                lock(&shared.registry)
+                    .sessions
+                    .iter()
+                    .filter_map(|(id, e)| Some((e.spare.as_ref()?.name.clone(), id.clone())))
+                    .collect()
+            });
+            if let Some(id) = taken.get(&name).filter(|id| !sessions.join(id).exists()) {
+                shared.place(&e.path(), id)?;
+                continue;
+            }
+        } else if let Some(id) = name.strip_prefix(IMPORT_STAGING_PREFIX) {
             // An import committed (registered as imported) whose rename did not happen is
             // finished; any other import staging directory never committed.
             let committed = lock(&shared.registry)
@@ -1499,13 +1608,20 @@ pub(crate) fn finish_forks_on_open(
         }
         let p = e.path();
         std::fs::remove_dir_all(&p)
-            .map_err(|e| EngineError::io(&p, "remove an uncommitted fork", e))?;
+            .map_err(|e| EngineError::io(&p, "remove a directory no commit names", e))?;
         removed = true;
     }
     if removed {
         crate::fsutil::sync_dir(&sessions)?;
     }
     Ok(())
+}
+
+/// A Session's directory was built again from its record: it is no longer its spare's.
+fn spare_rebuilt(spare: Option<&SpareOf>) {
+    if let Some(s) = spare {
+        s.fresh.store(false, Ordering::Release);
+    }
 }
 
 /// Prefix of the directory an imported Session is built under (see `crate::bundle`).

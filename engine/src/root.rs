@@ -14,7 +14,7 @@ use crate::validate::{validate_event, validate_id, validate_session_id, APPEND_E
 use base64::Engine as _;
 use std::collections::HashSet;
 use std::path::Path;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// Most decoded attachment bytes one `send` may carry.
@@ -182,6 +182,15 @@ impl Root {
         self.shared.close_idle(0, 0)
     }
 
+    /// Waits until no spare Session directory is being made (for tests that count files or
+    /// descriptors; see docs/format.md, "Making a Session").
+    #[doc(hidden)]
+    pub fn settle_spares(&self) {
+        if let Some(spares) = self.shared.spares() {
+            spares.settle();
+        }
+    }
+
     /// How many Sessions are open now (for tests of the open-Session cache).
     #[doc(hidden)]
     pub fn open_session_count(&self) -> usize {
@@ -252,13 +261,27 @@ impl Root {
             operation: p.operation.clone(),
             params,
         };
-        let registered = sh
-            .with_descriptors(|| sh.build_staging(&id, p.workspace.clone(), None))
-            .and_then(|staging| {
-                sh.append_session_record(&record)?;
-                crate::fsutil::pause_point(&sh.dir, "create-committed");
-                Ok(sh.place_unsynced(&staging, &id))
-            });
+        // A spare directory when one is ready (its names are durable already), else one
+        // built under the staging name.
+        let built = sh.with_descriptors(|| match sh.fill_spare(p.workspace.clone()) {
+            Some((dir, name)) => Ok((dir, Some(name))),
+            None => Ok((sh.build_staging(&id, p.workspace.clone(), None)?, None)),
+        });
+        let registered = built.and_then(|(dir, spare)| {
+            if let Err(e) = sh.append_session_record(&record, spare.as_deref()) {
+                if spare.is_some() {
+                    // Taken from the ready ones: nothing else would remove it.
+                    let _ = crate::fsutil::remove_any(&dir);
+                }
+                return Err(e);
+            }
+            crate::fsutil::pause_point(&sh.dir, "create-committed");
+            Ok((sh.place_unsynced(&dir, &id), spare))
+        });
+        let (registered, spare) = match registered {
+            Ok((placed, spare)) => (Ok(placed), spare),
+            Err(e) => (Err(e), None),
+        };
         let mut reg = lock(&sh.registry);
         reg.reserved.remove(&id);
         reg.creating.remove(&p.operation);
@@ -276,6 +299,10 @@ impl Root {
                     import: None,
                     slot: Arc::default(),
                     summary,
+                    spare: spare.map(|name| crate::registry::SpareOf {
+                        name,
+                        fresh: Arc::new(AtomicBool::new(true)),
+                    }),
                 },
             );
         }

@@ -492,6 +492,15 @@ pub(crate) struct Closing {
     pub seal_bytes_min: u64,
 }
 
+/// The payload of a new Session's first record: `sessionCreated` as sequence 1.
+fn created_payload(workspace: Option<String>, branch: Option<Branch>) -> Vec<u8> {
+    let event = Event::SessionCreated(SessionCreated { workspace, branch });
+    records::encode(&EventRecordRef {
+        sequence: 1,
+        event: &event,
+    })
+}
+
 /// Default [`crate::RootOptions::seal_on_close_bytes_min`]: record bytes in a Session's newest log
 /// segment from which closing the Session (by the open-Session cache or the Root's close) has
 /// the segment sealed, that is compressed, in the
@@ -721,11 +730,7 @@ impl Session {
         config: LogConfig,
     ) -> Result<(), EngineError> {
         std::fs::create_dir_all(dir).map_err(|e| EngineError::io(dir, "create directory", e))?;
-        let event = Event::SessionCreated(SessionCreated { workspace, branch });
-        let payload = records::encode(&EventRecordRef {
-            sequence: 1,
-            event: &event,
-        });
+        let payload = created_payload(workspace, branch);
         Log::write_unsynced(
             &dir.join("log"),
             &config,
@@ -737,11 +742,31 @@ impl Session {
         Ok(())
     }
 
+    /// Writes a new Session's `sessionCreated` into spare directory `dir` (an empty log
+    /// whose names are durable, see `crate::spares`), unsynced like
+    /// [`Session::create_files_with`].
+    pub(crate) fn write_created(
+        dir: &Path,
+        workspace: Option<String>,
+        config: LogConfig,
+    ) -> Result<(), EngineError> {
+        let payload = created_payload(workspace, None);
+        Log::write_first_unsynced(
+            &dir.join("log"),
+            &config,
+            &[Record {
+                kind: records::KIND_EVENT,
+                payload: &payload,
+            }],
+        )?;
+        Ok(())
+    }
+
     /// For a Session holding only its `sessionCreated` (as created, files written unsynced):
-    /// its first commit also syncs the log's directory and `parents` (the Session's directory
+    /// its first commit also calls `names` (which syncs the log's directory, the Session's
     /// and `sessions/`), so nothing of it is acknowledged before its files are reachable.
-    pub(crate) fn sync_names_at_first_commit(&self, parents: Vec<PathBuf>) {
-        self.log.sync_names_at_first_commit(parents);
+    pub(crate) fn sync_names_at_first_commit(&self, names: logbook_log::NameSync) {
+        self.log.sync_names_at_first_commit(names);
     }
 
     /// Opens a Session's files with this log configuration (the segment size is a Root option).

@@ -803,6 +803,7 @@ fn a_failed_write_mid_import_leaves_the_root_unchanged() {
     )
     .expect("open");
     create(&dst, "other");
+    dst.settle_spares();
     let before = tree(&dst_dir);
     faults.arm_on(Op::Write, "00001.sealed.tmp", 0, Injected::Eio);
     let e = import(&dst, &good, None, "imp").expect_err("the write fails");

@@ -76,13 +76,13 @@ pub use crate::format::{
     active_segment_header, BATCH_BYTES_MAX, BLOCK_BYTES, CUT_HEADER_BYTES, LOG_FORMAT_VERSION,
     RECORD_PAYLOAD_BYTES_MAX, ZSTD_LEVEL,
 };
-pub use crate::mark::GroupMark;
+pub use crate::mark::{sync_file_system, GroupMark};
 /// Length of the segment header at the start of every segment's logical stream: records
 /// start at this offset.
 pub const SEGMENT_HEADER_BYTES: u64 = crate::format::HEADER_BYTES;
 pub use crate::log::{
-    background_thread, settle_closed_seals, Durability, Location, Log, LogConfig, OwnedRecord,
-    Reader, Record, RecordRef, Recovery, Scan, VerifyReport, BACKGROUND_NICENESS,
+    background_thread, settle_closed_seals, Durability, Location, Log, LogConfig, NameSync,
+    OwnedRecord, Reader, Record, RecordRef, Recovery, Scan, VerifyReport, BACKGROUND_NICENESS,
     CLOSED_SEAL_DEFER_MAX, CLOSED_SEAL_PAUSE, GROUP_COMMIT_GATHER_MAX, PREALLOCATE_BYTES,
     PREALLOCATE_FIRST_BYTES, SEALER_THREADS_MAX, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN,
     UNSYNCED_MARK, WRITE_BUFFER_BYTES,

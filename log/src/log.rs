@@ -453,9 +453,9 @@ struct Writer {
     /// sealed when the log was closed): the first sync that makes a record durable also
     /// syncs the directory, so that the segment's name is as durable as its records.
     name_unsynced: bool,
-    /// Directories above the log's own that the sync of an unsynced name also syncs (see
+    /// What makes the names durable instead of a sync of the log's directory (see
     /// [`Log::sync_names_at_first_commit`]).
-    name_parents: Vec<PathBuf>,
+    name_sync: Option<NameSync>,
     poisoned: Option<String>,
 }
 
@@ -1160,7 +1160,7 @@ impl Log {
                 marked,
                 zero_filled: false,
                 name_unsynced: false,
-                name_parents: Vec::new(),
+                name_sync: None,
             }),
             commit: Mutex::new(Commit::default()),
             commit_cv: Condvar::new(),
@@ -1411,14 +1411,57 @@ impl Log {
         Ok(locations)
     }
 
-    /// Tells the log that its directory may not be durably reachable yet (it was written by
-    /// [`Log::write_unsynced`], or its entry in `parents` was renamed without a sync): the
-    /// next commit (or roll) that makes records durable also syncs the log's directory and
-    /// then each of `parents`, before any of its records is acknowledged or published.
-    pub fn sync_names_at_first_commit(&self, parents: Vec<PathBuf>) {
+    /// Makes an empty log in `dir` (made when missing; it must be empty): its first segment
+    /// holding its header only, with no sync and no zero region. For logs made ahead of
+    /// their use and made durable together by the caller (one `syncfs` for many, see
+    /// [`crate::sync_file_system`]); [`Log::write_first_unsynced`] then gives one its content.
+    pub fn write_empty_unsynced(dir: &Path, config: &LogConfig) -> Result<(), LogError> {
+        check_config(config)?;
+        let fs = config.file_system();
+        make_empty_dir(fs.as_ref(), dir)?;
+        create_segment_unsynced(&*fs, dir, 0, &[])?;
+        Ok(())
+    }
+
+    /// Writes `first` as the first batch of the empty log in `dir` (as
+    /// [`Log::write_empty_unsynced`] left it: a first segment of its header only), with no
+    /// sync, like [`Log::write_unsynced`] but into a file whose name is already durable.
+    /// `NotEmpty` when the segment holds anything past its header.
+    pub fn write_first_unsynced(
+        dir: &Path,
+        config: &LogConfig,
+        first: &[Record<'_>],
+    ) -> Result<Vec<Location>, LogError> {
+        check_config(config)?;
+        let fs = config.file_system();
+        let (frames, locations) = encode_first_batch(first)?;
+        let path = dir.join(active_name(0));
+        let f = fs
+            .open_rw(&path)
+            .map_err(|e| LogError::io(&path, "open", e))?;
+        let len = f.len().map_err(|e| LogError::io(&path, "stat", e))?;
+        if len != HEADER_BYTES {
+            return Err(LogError::NotEmpty {
+                path: dir.to_path_buf(),
+            });
+        }
+        let mut head = [0u8; HEADER_BYTES as usize];
+        read_exact_at(&*f, &mut head, 0).map_err(|e| LogError::io(&path, "read", e))?;
+        check_header_versions(&path, &head, ACTIVE_FORMAT, ACTIVE_VERSION_OLDEST, 0)?;
+        write_all_at(&*f, &frames, HEADER_BYTES).map_err(|e| LogError::io(&path, "write", e))?;
+        Ok(locations)
+    }
+
+    /// Tells the log that its names may not be durable yet (it was written by
+    /// [`Log::write_unsynced`], or a directory above it was renamed without a sync): the next
+    /// commit (or roll) that makes records durable also calls `names`, which must make the
+    /// log's directory and every name above it that a crash could lose durable (the caller
+    /// knows which), before any of its records is acknowledged or published. A failure fails
+    /// that commit, and the next one calls `names` again.
+    pub fn sync_names_at_first_commit(&self, names: NameSync) {
         let mut w = lock(&self.shared.writer);
         w.name_unsynced = true;
-        w.name_parents = parents;
+        w.name_sync = Some(names);
     }
 
     /// For a poisoned log about to be dropped and opened again: cuts the newest segment back
@@ -1720,6 +1763,23 @@ fn cut_tail(
         .map_err(|e| LogError::io(path, "fdatasync", e))?;
     rec.cut_bytes += tail.len() as u64;
     Ok(())
+}
+
+/// What makes a log's names durable at its first commit, for a log whose directory (or one
+/// above it) was made or renamed without a sync (see [`Log::sync_names_at_first_commit`]).
+#[derive(Clone)]
+pub struct NameSync(Arc<dyn Fn() -> std::io::Result<()> + Send + Sync>);
+
+impl NameSync {
+    pub fn new(sync: impl Fn() -> std::io::Result<()> + Send + Sync + 'static) -> NameSync {
+        NameSync(Arc::new(sync))
+    }
+}
+
+impl fmt::Debug for NameSync {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("NameSync")
+    }
 }
 
 /// Niceness a background thread adds to its own (see [`background_thread`]).
@@ -2069,19 +2129,21 @@ impl Shared {
     /// `Writer::name_unsynced`); called after a sync that made records of it durable.
     fn sync_name(&self, w: &mut Writer) -> Result<(), LogError> {
         if w.name_unsynced {
-            self.sync_dirs(&w.name_parents)
+            self.sync_names(w.name_sync.as_ref())
                 .map_err(|e| LogError::io(&self.dir, "fsync directory", e))?;
             w.name_unsynced = false;
-            w.name_parents = Vec::new();
+            w.name_sync = None;
         }
         Ok(())
     }
 
-    /// Syncs the log's directory, then each of `parents`.
-    fn sync_dirs(&self, parents: &[PathBuf]) -> std::io::Result<()> {
-        std::iter::once(&self.dir)
-            .chain(parents)
-            .try_for_each(|d| self.fs.sync_dir(d))
+    /// Makes the log's names durable: `names` when the owner gave one, else a sync of the
+    /// log's directory.
+    fn sync_names(&self, names: Option<&NameSync>) -> std::io::Result<()> {
+        match names {
+            Some(names) => (names.0)(),
+            None => self.fs.sync_dir(&self.dir),
+        }
     }
 
     /// True when a seal at close was asked for ([`Log::seal_when_closed`]) and the newest
@@ -2300,13 +2362,13 @@ impl Shared {
                     w.seq,
                     w.segment,
                     w.flushed,
-                    w.name_unsynced.then(|| w.name_parents.clone()),
+                    w.name_unsynced.then(|| w.name_sync.clone()),
                 )
             };
             COMMITS_SYNCING.fetch_add(1, Ordering::AcqRel);
             let mut r = file.sync_data();
-            if let (Ok(()), Some(parents)) = (&r, &name_unsynced) {
-                r = self.sync_dirs(parents);
+            if let (Ok(()), Some(names)) = (&r, &name_unsynced) {
+                r = self.sync_names(names.as_ref());
             }
             let name_unsynced = name_unsynced.is_some();
             LAST_COMMIT.store(clock(), Ordering::Release);
@@ -2318,7 +2380,7 @@ impl Shared {
                         w.synced = w.synced.max(written);
                         if name_unsynced {
                             w.name_unsynced = false;
-                            w.name_parents = Vec::new();
+                            w.name_sync = None;
                         }
                     }
                     Ok(()) => {}

@@ -45,9 +45,7 @@ impl GroupMark {
         if found {
             // Bytes a killed process wrote may sit in the page cache only: make them durable
             // before any log's open reads them as durable.
-            let d = std::fs::File::open(dir).map_err(|e| LogError::io(dir, "open", e))?;
-            rustix::fs::syncfs(&d)
-                .map_err(|e| LogError::io(dir, "syncfs", std::io::Error::from(e)))?;
+            sync_file_system(dir)?;
         }
         Ok((
             Arc::new(GroupMark {
@@ -96,4 +94,12 @@ pub(crate) fn make_mark_file(fs: &dyn FileSystem, path: &Path) -> Result<(), Log
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
         Err(e) => Err(LogError::io(path, "create the unsynced mark", e)),
     }
+}
+
+/// `syncfs(2)` of the file system holding `dir`: on Linux it returns once every file and
+/// directory of that file system written before the call is durable, as an fsync of each
+/// would (and reports a writeback error since 5.8).
+pub fn sync_file_system(dir: &Path) -> Result<(), LogError> {
+    let d = std::fs::File::open(dir).map_err(|e| LogError::io(dir, "open", e))?;
+    rustix::fs::syncfs(&d).map_err(|e| LogError::io(dir, "syncfs", std::io::Error::from(e)))
 }
