@@ -36,7 +36,7 @@ pub const WAITS_IN_FLIGHT_MAX: usize = 256;
 /// The longest request line read; a longer one is answered as malformed.
 pub const REQUEST_LINE_BYTES_MAX: usize = 256 << 20;
 /// Requests on different Sessions that run at once (the server's pool of threads).
-pub const REQUESTS_IN_FLIGHT_MAX: usize = 8;
+pub const REQUESTS_IN_FLIGHT_MAX: usize = 16;
 /// Requests read ahead of their answers at most (the reader waits past this), so that a
 /// request on a busy Session does not hold up the ones behind it on other Sessions...
 pub const REQUESTS_QUEUED_MAX: usize = 4096;

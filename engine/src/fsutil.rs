@@ -59,12 +59,6 @@ impl SharedDirSync {
 
     /// Returns once a sync of `dir` that started after this call began has completed.
     pub(crate) fn sync(&self, dir: &Path) -> Result<(), EngineError> {
-        self.sync_with(|| sync_dir(dir))
-    }
-
-    /// [`SharedDirSync::sync`] where `sync` syncs the directory (through the Root's log file
-    /// system, so that tests can fail it).
-    pub(crate) fn sync_with<E>(&self, sync: impl Fn() -> Result<(), E>) -> Result<(), E> {
         let mut g = self.lock();
         // Any sync numbered after the ones started so far covers this caller.
         let needed = g.started + 1;
@@ -80,7 +74,7 @@ impl SharedDirSync {
             g.started += 1;
             let mine = g.started;
             drop(g);
-            let r = sync();
+            let r = sync_dir(dir);
             g = self.lock();
             g.running = false;
             if r.is_ok() {

@@ -214,8 +214,8 @@ pub(crate) struct SpareOf {
     /// Its name in `sessions/` (the Root-log record's).
     pub(crate) name: String,
     /// This open took the spare and the Session's directory is still that spare (no crash
-    /// or rebuild since): every name in it is durable but the rename into place, so its
-    /// first commit syncs `sessions/` alone.
+    /// or rebuild since): every name in it is durable but the rename into place, which the
+    /// record stands for, so its first commit syncs no directory.
     pub(crate) fresh: Arc<AtomicBool>,
 }
 
@@ -282,7 +282,7 @@ pub(crate) struct Shared {
     block_cache: Arc<logbook_log::BlockCache>,
     /// Syncs of `sessions/` after a new Session's directory is renamed into it, shared by
     /// creations running at once.
-    sessions_sync: Arc<crate::fsutil::SharedDirSync>,
+    sessions_sync: crate::fsutil::SharedDirSync,
     /// Session directories made ahead of createSession (a writer in `Sync` mode only).
     spares: OnceLock<crate::spares::Spares>,
     /// The writer lock (see `take_lock`); released when the last reference goes. A reader's
@@ -717,7 +717,7 @@ impl Shared {
             ids,
             blobs: BlobStore::new(dir),
             block_cache: logbook_log::BlockCache::new(options.block_cache_bytes),
-            sessions_sync: Arc::default(),
+            sessions_sync: crate::fsutil::SharedDirSync::default(),
             spares: OnceLock::new(),
             options,
             _lock: lock_file,
@@ -1147,9 +1147,12 @@ impl Shared {
             ErrorKind::NotFound => EngineError::corrupt(&dir, e.to_string()),
             _ => e,
         })?);
-        if plain.is_some() && s.read().state.revision == 1 {
-            let fresh = spare.is_some_and(|s| s.fresh.load(Ordering::Acquire));
-            s.sync_names_at_first_commit(self.names_of_new(&dir, fresh));
+        // A Session whose directory is still the spare this open took needs no directory
+        // synced: every name in it was durable before it was taken, and the Root-log record
+        // names the spare, so a rename into place that a crash lost is made again.
+        let fresh = spare.is_some_and(|s| s.fresh.load(Ordering::Acquire));
+        if plain.is_some() && !fresh && s.read().state.revision == 1 {
+            s.sync_names_at_first_commit(self.names_of_new(&dir));
         }
         for (source, operation) in lock(&self.extras.forks).keys() {
             if source == id {
@@ -1242,22 +1245,19 @@ impl Shared {
     }
 
     /// What a Session's first commit calls to make the names of its directory, written
-    /// unsynced by its creation, durable: its log's directory, its own, then `sessions/`
-    /// (shared by the first commits running at once, as the creations share it). For a
-    /// `fresh` spare (see [`SpareOf::fresh`]) only `sessions/`.
-    fn names_of_new(&self, dir: &Path, fresh: bool) -> logbook_log::NameSync {
+    /// unsynced by its creation, durable: its log's directory, its own, then `sessions/`.
+    /// (Sharing the last one between the first commits running at once was measured and
+    /// gained nothing: docs/benchmarks.md.)
+    fn names_of_new(&self, dir: &Path) -> logbook_log::NameSync {
         let fs: Arc<dyn logbook_log::io::FileSystem> = match &self.options.log_fs {
             Some(fs) => Arc::clone(fs),
             None => Arc::new(logbook_log::io::RealFs),
         };
         let (dir, sessions) = (dir.to_path_buf(), self.dir.join(SESSIONS_DIR));
-        let shared = Arc::clone(&self.sessions_sync);
         logbook_log::NameSync::new(move || {
-            if !fresh {
-                fs.sync_dir(&dir.join("log"))?;
-                fs.sync_dir(&dir)?;
-            }
-            shared.sync_with(|| fs.sync_dir(&sessions))
+            [dir.join("log"), dir.clone(), sessions.clone()]
+                .iter()
+                .try_for_each(|d| fs.sync_dir(d))
         })
     }
 

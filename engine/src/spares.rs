@@ -1,7 +1,7 @@
 //! Spare Session directories: empty Session directories made ahead of `createSession`, in
 //! batches made durable by one `syncfs` each, so that a creation that takes one writes no
-//! new name but the rename into place, and its first commit syncs only its segment and
-//! `sessions/` (docs/format.md, "Making a Session").
+//! new name but the rename into place (which its Root-log record stands for), and its first
+//! commit syncs only its segment (docs/format.md, "Making a Session").
 //!
 //! A spare is `sessions/.spare-<open>-<n>/log/` holding an empty log (its first segment's
 //! header). Spares are made by one thread at a time, started by a creation that finds fewer
@@ -19,9 +19,9 @@ use std::time::{Duration, Instant};
 /// Prefix of a spare's directory name in `sessions/` (ids never start with '.').
 pub(crate) const SPARE_PREFIX: &str = ".spare-";
 /// Spares kept ready at most.
-pub(crate) const SPARES_READY_MAX: usize = 32;
+pub(crate) const SPARES_READY_MAX: usize = 64;
 /// A creation that leaves fewer ready than this starts the maker.
-pub(crate) const SPARES_LOW: usize = 16;
+pub(crate) const SPARES_LOW: usize = 32;
 
 /// True when `name` can be a spare's directory name (as a Root-log record names it): the
 /// prefix, then letters, digits and '-' only, so it is one path component inside `sessions/`.
