@@ -23,7 +23,7 @@
 //!    log).
 //! 3. **The catalog**: `registry`: the Root's header, writer lock and Root log, the registry of
 //!    Sessions, the cache of open Sessions (bounded by descriptors and memory), the index sync
-//!    thread.
+//!    thread; `spares` (Session directories made ahead of `createSession`).
 //! 4. **Operations across Sessions**: `fork`, `bundle` (`exportSession`, `importBundle`),
 //!    `patches`, `search_root` (`searchRoot`), `root_diagnostics`.
 //! 5. **The public [`Root`]** (`root`), whose methods the operations above extend.
@@ -32,7 +32,8 @@
 //! while open until its first checkpoint, 4 after, no thread while idle, about 8 KiB on disk
 //! when empty: its sequence and row indexes stay in memory until that checkpoint; its
 //! compressed size once closed idle). Creating one syncs only its Root-log record; its first
-//! commit also syncs its directories ("Making a Session"). One `unsynced` mark serves every log of the Root.
+//! commit also syncs its directories, or none when it was made from a spare directory
+//! ("Making a Session"). One `unsynced` mark serves every log of the Root.
 //!
 //! Invariants:
 //! - A Session's log is the only truth; indexes and the state checkpoint are derived and are

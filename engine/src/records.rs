@@ -81,6 +81,20 @@ pub(crate) struct SessionRecord {
     pub params: [u8; 32],
 }
 
+/// Prefix of a spare Session directory's name in `sessions/` (see `crate::spares`; ids never
+/// start with '.').
+pub(crate) const SPARE_PREFIX: &str = ".spare-";
+
+/// True when `name` can be a spare's directory name (as a Root-log record names it): the
+/// prefix, then letters, digits and '-' only, so it is one path component inside `sessions/`.
+pub(crate) fn is_spare_name(name: &str) -> bool {
+    name.strip_prefix(SPARE_PREFIX).is_some_and(|rest| {
+        !rest.is_empty()
+            && rest.len() <= 64
+            && rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    })
+}
+
 /// The payload of a [`KIND_SESSION`] record: the [`SessionRecord`], then, when the Session's
 /// directory was a spare (`crate::spares`), that spare's name as a postcard string. Records
 /// written before spares end after the `SessionRecord`; earlier builds read this one as they
@@ -106,7 +120,7 @@ pub(crate) fn decode_session(
         return Ok((r, None));
     }
     let (name, rest) = postcard::take_from_bytes::<String>(rest).map_err(bad)?;
-    if !rest.is_empty() || !crate::spares::is_spare_name(&name) {
+    if !rest.is_empty() || !is_spare_name(&name) {
         return Err(EngineError::corrupt(
             path,
             format!(

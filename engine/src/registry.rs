@@ -1577,7 +1577,7 @@ pub(crate) fn finish_forks_on_open(
     for e in entries {
         let e = e.map_err(|e| EngineError::io(&sessions, "list", e))?;
         let name = e.file_name().to_string_lossy().into_owned();
-        if name.starts_with(crate::spares::SPARE_PREFIX) {
+        if name.starts_with(records::SPARE_PREFIX) {
             // One a committed creation took, whose rename a crash interrupted, goes into
             // place; any other (ready, or taken by a creation that never committed) is
             // scratch.

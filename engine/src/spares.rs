@@ -10,28 +10,17 @@
 //! those no Root-log record names.
 
 use crate::error::EngineError;
+use crate::records::SPARE_PREFIX;
 use logbook_log::{Log, LogConfig};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// Prefix of a spare's directory name in `sessions/` (ids never start with '.').
-pub(crate) const SPARE_PREFIX: &str = ".spare-";
 /// Spares kept ready at most.
 pub(crate) const SPARES_READY_MAX: usize = 64;
 /// A creation that leaves fewer ready than this starts the maker.
 pub(crate) const SPARES_LOW: usize = 32;
-
-/// True when `name` can be a spare's directory name (as a Root-log record names it): the
-/// prefix, then letters, digits and '-' only, so it is one path component inside `sessions/`.
-pub(crate) fn is_spare_name(name: &str) -> bool {
-    name.strip_prefix(SPARE_PREFIX).is_some_and(|rest| {
-        !rest.is_empty()
-            && rest.len() <= 64
-            && rest.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
-    })
-}
 
 pub(crate) struct Spares {
     inner: Arc<Inner>,
