@@ -1347,13 +1347,14 @@ impl Shared {
         Ok(true)
     }
 
+    /// The spare Session directories (a writer in `Sync` mode only).
     pub(crate) fn spares(&self) -> Option<&crate::spares::Spares> {
         self.spares.get()
     }
 
-    /// Takes a ready spare directory and writes Session `id`'s creation into it (see
-    /// `crate::spares`); `None` when no spare is ready or filling it failed (the spare is
-    /// then removed, and the creation builds its directory itself).
+    /// Takes a ready spare directory and writes a new Session's `sessionCreated` into it (see
+    /// `crate::spares`): its path and name. `None` when no spare is ready or filling it
+    /// failed (the spare is then removed, and the creation builds its directory itself).
     pub(crate) fn fill_spare(&self, workspace: Option<String>) -> Option<(PathBuf, String)> {
         let name = self.spares.get()?.take()?;
         let dir = self.dir.join(SESSIONS_DIR).join(&name);

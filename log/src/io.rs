@@ -52,6 +52,8 @@ pub trait FileSystem: Send + Sync + fmt::Debug {
     fn list_dir(&self, dir: &Path) -> io::Result<Vec<String>>;
     /// `mkdir -p`.
     fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    /// `mkdir`: `AlreadyExists` when the name is taken, `NotFound` when the parent is missing.
+    fn create_dir(&self, dir: &Path) -> io::Result<()>;
     /// Creates an empty file without opening it (`mknod`: no descriptor is taken, so it works
     /// at the process's descriptor limit); `AlreadyExists` when the name is taken.
     fn create_empty(&self, path: &Path) -> io::Result<()>;
@@ -190,6 +192,9 @@ impl FileSystem for RealFs {
     }
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
         std::fs::create_dir_all(dir)
+    }
+    fn create_dir(&self, dir: &Path) -> io::Result<()> {
+        std::fs::create_dir(dir)
     }
     fn create_empty(&self, path: &Path) -> io::Result<()> {
         use rustix::fs::{mknodat, FileType, Mode, CWD};
@@ -417,6 +422,9 @@ impl FileSystem for FaultyFs {
     }
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
         RealFs.create_dir_all(dir)
+    }
+    fn create_dir(&self, dir: &Path) -> io::Result<()> {
+        RealFs.create_dir(dir)
     }
     fn create_empty(&self, path: &Path) -> io::Result<()> {
         self.check(Op::Create, path)?;

@@ -591,8 +591,15 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Makes `dir` (and its parents) when missing; `NotEmpty` when it holds anything: a new log
 /// starts only in an empty directory.
 pub(crate) fn make_empty_dir(fs: &dyn FileSystem, dir: &Path) -> Result<(), LogError> {
-    fs.create_dir_all(dir)
-        .map_err(|e| LogError::io(dir, "create directory", e))?;
+    match fs.create_dir(dir) {
+        // Made just now: nothing can be in it.
+        Ok(()) => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        // A parent is missing (or `mkdir` failed otherwise, which this reports again).
+        Err(_) => fs
+            .create_dir_all(dir)
+            .map_err(|e| LogError::io(dir, "create directory", e))?,
+    }
     let names = fs
         .list_dir(dir)
         .map_err(|e| LogError::io(dir, "list directory", e))?;

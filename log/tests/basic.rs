@@ -572,3 +572,57 @@ fn background_threads_run_at_lower_priority_and_only_they_do() {
         "the calling thread's niceness must not change"
     );
 }
+
+#[test]
+fn a_new_log_starts_only_in_an_empty_directory() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = LogConfig::default();
+    // Parents are made; an empty directory that is there already is taken.
+    let deep = tmp.path().join("a/b/log");
+    drop(Log::create(&deep, config.clone()).unwrap());
+    let empty = tmp.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    drop(Log::create(&empty, config.clone()).unwrap());
+    // Anything in it (or a file at the name) is refused, and left as it was.
+    let used = tmp.path().join("used");
+    std::fs::create_dir(&used).unwrap();
+    std::fs::write(used.join("stray"), b"x").unwrap();
+    assert!(matches!(
+        Log::create(&used, config.clone()),
+        Err(LogError::NotEmpty { .. })
+    ));
+    assert!(matches!(
+        Log::write_empty_unsynced(&used, &config),
+        Err(LogError::NotEmpty { .. })
+    ));
+    assert_eq!(std::fs::read(used.join("stray")).unwrap(), b"x");
+    let file = tmp.path().join("file");
+    std::fs::write(&file, b"x").unwrap();
+    assert!(Log::create(&file, config).is_err());
+}
+
+#[test]
+fn a_first_batch_goes_only_into_an_empty_log() {
+    let tmp = tempfile::tempdir().unwrap();
+    let config = LogConfig::default();
+    let dir = tmp.path().join("log");
+    Log::write_empty_unsynced(&dir, &config).unwrap();
+    let first = [Record {
+        kind: 3,
+        payload: b"first",
+    }];
+    let locs = Log::write_first_unsynced(&dir, &config, &first).unwrap();
+    assert!(matches!(
+        Log::write_first_unsynced(&dir, &config, &first),
+        Err(LogError::NotEmpty { .. })
+    ));
+    let (log, _) = Log::open(&dir, config.clone()).unwrap();
+    assert_eq!(all(&log), vec![(locs[0], 3, b"first".to_vec(), true)]);
+    drop(log);
+    // A log that is not there, or whose segment is not a log's, is refused.
+    let missing = tmp.path().join("missing");
+    assert!(Log::write_first_unsynced(&missing, &config, &first).is_err());
+    std::fs::create_dir(&missing).unwrap();
+    std::fs::write(missing.join("00000000000000000000.active"), [7u8; 32]).unwrap();
+    assert!(Log::write_first_unsynced(&missing, &config, &first).is_err());
+}
