@@ -492,13 +492,34 @@ pub(crate) struct Closing {
     pub seal_bytes_min: u64,
 }
 
-/// The payload of a new Session's first record: `sessionCreated` as sequence 1.
-fn created_payload(workspace: Option<String>, branch: Option<Branch>) -> Vec<u8> {
+/// One of the log's writers of a new log's first batch without a sync
+/// ([`Log::write_unsynced`], [`Log::write_first_unsynced`]).
+type FirstBatchWriter =
+    fn(&Path, &LogConfig, &[Record<'_>]) -> Result<Vec<Location>, logbook_log::LogError>;
+
+/// Writes a new Session's first record, `sessionCreated` as sequence 1, into the log of
+/// Session directory `dir` with `write` (one of the log's unsynced first-batch writers).
+fn write_created_with(
+    dir: &Path,
+    workspace: Option<String>,
+    branch: Option<Branch>,
+    config: &LogConfig,
+    write: FirstBatchWriter,
+) -> Result<(), EngineError> {
     let event = Event::SessionCreated(SessionCreated { workspace, branch });
-    records::encode(&EventRecordRef {
+    let payload = records::encode(&EventRecordRef {
         sequence: 1,
         event: &event,
-    })
+    });
+    write(
+        &dir.join("log"),
+        config,
+        &[Record {
+            kind: records::KIND_EVENT,
+            payload: &payload,
+        }],
+    )?;
+    Ok(())
 }
 
 /// Default [`crate::RootOptions::seal_on_close_bytes_min`]: record bytes in a Session's newest log
@@ -730,16 +751,7 @@ impl Session {
         config: LogConfig,
     ) -> Result<(), EngineError> {
         std::fs::create_dir_all(dir).map_err(|e| EngineError::io(dir, "create directory", e))?;
-        let payload = created_payload(workspace, branch);
-        Log::write_unsynced(
-            &dir.join("log"),
-            &config,
-            &[Record {
-                kind: records::KIND_EVENT,
-                payload: &payload,
-            }],
-        )?;
-        Ok(())
+        write_created_with(dir, workspace, branch, &config, Log::write_unsynced)
     }
 
     /// Writes a new Session's `sessionCreated` into spare directory `dir` (an empty log
@@ -750,16 +762,7 @@ impl Session {
         workspace: Option<String>,
         config: LogConfig,
     ) -> Result<(), EngineError> {
-        let payload = created_payload(workspace, None);
-        Log::write_first_unsynced(
-            &dir.join("log"),
-            &config,
-            &[Record {
-                kind: records::KIND_EVENT,
-                payload: &payload,
-            }],
-        )?;
-        Ok(())
+        write_created_with(dir, workspace, None, &config, Log::write_first_unsynced)
     }
 
     /// For a Session holding only its `sessionCreated` (as created, files written unsynced):

@@ -91,14 +91,8 @@ impl Spares {
     /// Stops making spares and removes the ready ones, then syncs `sessions/` (the Root's
     /// close: a spare left behind would stay until an unclean end's scan).
     pub(crate) fn close(&self) -> Result<(), EngineError> {
-        let maker = {
-            let mut st = self.inner.lock();
-            st.stopped = true;
-            st.maker.take()
-        };
-        if let Some(h) = maker {
-            let _ = h.join();
-        }
+        self.inner.lock().stopped = true;
+        self.settle();
         let ready = std::mem::take(&mut self.inner.lock().ready);
         if ready.is_empty() {
             return Ok(());

@@ -9,26 +9,6 @@ use logbook_log::io::{FaultyFs, Injected, Op};
 use std::path::Path;
 use std::sync::Arc;
 
-fn send(root: &Root, sid: &str, op: &str, text: &str) -> Result<SendResult, EngineError> {
-    root.send(SendParams {
-        session_id: sid.into(),
-        operation: op.into(),
-        text: text.into(),
-        attachments: vec![],
-    })
-}
-
-/// The kinds of the Session's events, oldest first.
-fn kinds(root: &Root, sid: &str) -> Vec<String> {
-    let rev = root.revision(sid).expect("revision");
-    (1..=rev)
-        .map(|s| {
-            let e = serde_json::to_value(root.read_event(sid, s).expect("event")).expect("json");
-            e["kind"].as_str().expect("kind").to_owned()
-        })
-        .collect()
-}
-
 #[test]
 fn a_creation_syncs_no_session_file_and_the_first_commit_syncs_its_names() {
     let tmp = tempfile::tempdir().expect("tmp");
@@ -48,20 +28,20 @@ fn a_creation_syncs_no_session_file_and_the_first_commit_syncs_its_names() {
     // The first commit: its fdatasync, then the log's directory, the Session's and
     // `sessions/`; a failure of any of them fails the commit, which a retry then makes.
     faults.arm(Op::SyncDir, 2, Injected::Eio);
-    let e = send(&root, "a", "m1", "first").expect_err("sessions/ not synced");
+    let e = try_send(&root, "a", "m1", "first").expect_err("sessions/ not synced");
     assert_eq!(e.kind(), ErrorKind::Io, "{e}");
     let before = counts();
-    send(&root, "a", "m1", "first").expect("retried");
+    try_send(&root, "a", "m1", "first").expect("retried");
     let after = counts();
     assert_eq!(
         after.1 - before.1,
         3,
         "three directories synced by the retry"
     );
-    send(&root, "a", "m2", "second").expect("send");
+    try_send(&root, "a", "m2", "second").expect("send");
     assert_eq!(counts().1, after.1, "later commits sync no directory");
     assert_eq!(
-        kinds(&root, "a"),
+        event_kinds(&root, "a"),
         ["sessionCreated", "userMessage", "userMessage"]
     );
 }
@@ -81,7 +61,7 @@ fn a_creation_whose_files_were_lost_is_made_again() {
         for id in ["gone", "nolog", "emptylog", "cut", "zeros", "used"] {
             create(&root, id);
         }
-        send(&root, "used", "m1", "acknowledged").expect("send");
+        try_send(&root, "used", "m1", "acknowledged").expect("send");
     }
     std::fs::remove_dir_all(sessions.join("gone")).expect("rm");
     std::fs::remove_dir_all(sessions.join("nolog/log")).expect("rm");
@@ -96,12 +76,16 @@ fn a_creation_whose_files_were_lost_is_made_again() {
     std::fs::remove_dir_all(sessions.join("used/log")).expect("rm");
     let root = root_at(dir);
     for id in ["gone", "nolog", "emptylog", "cut", "zeros"] {
-        assert_eq!(kinds(&root, id), ["sessionCreated"], "{id}");
+        assert_eq!(event_kinds(&root, id), ["sessionCreated"], "{id}");
         let created = root.read_event(id, 1).expect("event");
         let json = serde_json::to_value(created).expect("json");
         assert_eq!(json["workspace"], "/work/space", "{id}: {json}");
-        send(&root, id, "m1", "after").expect("send");
-        assert_eq!(kinds(&root, id), ["sessionCreated", "userMessage"], "{id}");
+        try_send(&root, id, "m1", "after").expect("send");
+        assert_eq!(
+            event_kinds(&root, id),
+            ["sessionCreated", "userMessage"],
+            "{id}"
+        );
     }
     let e = root
         .revision("used")
@@ -111,7 +95,11 @@ fn a_creation_whose_files_were_lost_is_made_again() {
     // What was made again is durable like any Session after its first commit.
     let root = root_at(dir);
     for id in ["gone", "nolog", "emptylog", "cut", "zeros"] {
-        assert_eq!(kinds(&root, id), ["sessionCreated", "userMessage"], "{id}");
+        assert_eq!(
+            event_kinds(&root, id),
+            ["sessionCreated", "userMessage"],
+            "{id}"
+        );
     }
 }
 
@@ -127,6 +115,6 @@ fn a_crash_before_the_rename_leaves_a_whole_session() {
     let sessions = dir.join("sessions");
     std::fs::rename(sessions.join("s"), sessions.join(".staging-s")).expect("unplace");
     let root = root_at(dir);
-    assert_eq!(kinds(&root, "s"), ["sessionCreated"]);
+    assert_eq!(event_kinds(&root, "s"), ["sessionCreated"]);
     assert!(!Path::new(&sessions.join(".staging-s")).exists());
 }

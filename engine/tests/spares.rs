@@ -11,26 +11,6 @@ use logbook_log::io::{FaultyFs, Op};
 use std::path::Path;
 use std::sync::Arc;
 
-fn send(root: &Root, sid: &str, op: &str, text: &str) -> Result<SendResult, EngineError> {
-    root.send(SendParams {
-        session_id: sid.into(),
-        operation: op.into(),
-        text: text.into(),
-        attachments: vec![],
-    })
-}
-
-/// The kinds of the Session's events, oldest first.
-fn kinds(root: &Root, sid: &str) -> Vec<String> {
-    let rev = root.revision(sid).expect("revision");
-    (1..=rev)
-        .map(|s| {
-            let e = serde_json::to_value(root.read_event(sid, s).expect("event")).expect("json");
-            e["kind"].as_str().expect("kind").to_owned()
-        })
-        .collect()
-}
-
 /// The spare directories in `sessions/`, sorted.
 fn spares(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir.join("sessions"))
@@ -78,20 +58,20 @@ fn a_creation_from_a_spare_syncs_no_directory_at_its_first_commit() {
     create_from_spare(&root, dir, "spare");
     let dirs = || faults.count(Op::SyncDir);
     let before = dirs();
-    send(&root, "spare", "m1", "first").expect("send");
+    try_send(&root, "spare", "m1", "first").expect("send");
     assert_eq!(dirs(), before, "no directory is synced");
     let before = dirs();
-    send(&root, "built", "m1", "first").expect("send");
+    try_send(&root, "built", "m1", "first").expect("send");
     assert_eq!(dirs() - before, 3, "log/, the Session's and sessions/");
     let before = dirs();
-    send(&root, "spare", "m2", "second").expect("send");
+    try_send(&root, "spare", "m2", "second").expect("send");
     assert_eq!(dirs(), before, "later commits sync no directory");
     for id in ["spare", "built"] {
         let created = serde_json::to_value(root.read_event(id, 1).expect("event")).expect("json");
         assert_eq!(created["workspace"], "/work/space", "{id}: {created}");
     }
     assert_eq!(
-        kinds(&root, "spare"),
+        event_kinds(&root, "spare"),
         ["sessionCreated", "userMessage", "userMessage"]
     );
     drop(root);
@@ -101,7 +81,7 @@ fn a_creation_from_a_spare_syncs_no_directory_at_its_first_commit() {
     );
     let root = root_at(dir);
     assert_eq!(
-        kinds(&root, "spare"),
+        event_kinds(&root, "spare"),
         ["sessionCreated", "userMessage", "userMessage"]
     );
 }
@@ -130,16 +110,22 @@ fn a_session_whose_rename_was_lost_is_found_under_its_spares_name() {
     // The open finishes the last registration; the other is finished by its first use.
     let root = root_at(dir);
     assert!(sessions.join("last").is_dir() && !sessions.join(&last).exists());
-    assert_eq!(kinds(&root, "middle"), ["sessionCreated"]);
+    assert_eq!(event_kinds(&root, "middle"), ["sessionCreated"]);
     assert!(!sessions.join(&middle).exists());
-    send(&root, "middle", "m1", "after").expect("send");
-    assert_eq!(kinds(&root, "middle"), ["sessionCreated", "userMessage"]);
-    assert_eq!(kinds(&root, "last"), ["sessionCreated"]);
+    try_send(&root, "middle", "m1", "after").expect("send");
+    assert_eq!(
+        event_kinds(&root, "middle"),
+        ["sessionCreated", "userMessage"]
+    );
+    assert_eq!(event_kinds(&root, "last"), ["sessionCreated"]);
     let created = serde_json::to_value(root.read_event("middle", 1).expect("event")).expect("json");
     assert_eq!(created["workspace"], "/work/space", "{created}");
     drop(root);
     let root = root_at(dir);
-    assert_eq!(kinds(&root, "middle"), ["sessionCreated", "userMessage"]);
+    assert_eq!(
+        event_kinds(&root, "middle"),
+        ["sessionCreated", "userMessage"]
+    );
 }
 
 #[test]
@@ -153,7 +139,7 @@ fn after_an_unclean_end_spares_no_record_names_are_removed() {
         let taken = create_from_spare(&root, dir, "taken");
         create(&root, "other");
         root.settle_spares();
-        send(&root, "taken", "m1", "kept").expect("send");
+        try_send(&root, "taken", "m1", "kept").expect("send");
         (spares(dir), taken)
     };
     // What a crash leaves: the spares that were ready, and a taken one whose rename was lost
@@ -165,7 +151,10 @@ fn after_an_unclean_end_spares_no_record_names_are_removed() {
     std::fs::remove_file(dir.join("catalog.snap")).expect("an unclean end");
     let root = root_at(dir);
     assert!(spares(dir).is_empty(), "{:?}", spares(dir));
-    assert_eq!(kinds(&root, "taken"), ["sessionCreated", "userMessage"]);
+    assert_eq!(
+        event_kinds(&root, "taken"),
+        ["sessionCreated", "userMessage"]
+    );
     let v = root.verify().expect("verify");
     assert!(v.damage.is_empty(), "{v:?}");
 }

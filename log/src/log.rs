@@ -1423,11 +1423,7 @@ impl Log {
     /// their use and made durable together by the caller (one `syncfs` for many, see
     /// [`crate::sync_file_system`]); [`Log::write_first_unsynced`] then gives one its content.
     pub fn write_empty_unsynced(dir: &Path, config: &LogConfig) -> Result<(), LogError> {
-        check_config(config)?;
-        let fs = config.file_system();
-        make_empty_dir(fs.as_ref(), dir)?;
-        create_segment_unsynced(&*fs, dir, 0, &[])?;
-        Ok(())
+        Log::write_unsynced(dir, config, &[]).map(drop)
     }
 
     /// Writes `first` as the first batch of the empty log in `dir` (as

@@ -122,3 +122,24 @@ pub fn bodies(page: &HistoryPage) -> Vec<String> {
         })
         .collect()
 }
+
+/// A user message `text` sent to Session `sid` as operation `op`.
+pub fn try_send(root: &Root, sid: &str, op: &str, text: &str) -> Result<SendResult, EngineError> {
+    root.send(SendParams {
+        session_id: sid.into(),
+        operation: op.into(),
+        text: text.into(),
+        attachments: vec![],
+    })
+}
+
+/// The kinds of Session `sid`'s events, oldest first.
+pub fn event_kinds(root: &Root, sid: &str) -> Vec<String> {
+    let rev = root.revision(sid).expect("revision");
+    (1..=rev)
+        .map(|s| {
+            let e = serde_json::to_value(root.read_event(sid, s).expect("event")).expect("json");
+            e["kind"].as_str().expect("kind").to_owned()
+        })
+        .collect()
+}
