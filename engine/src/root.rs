@@ -1075,13 +1075,13 @@ impl Drop for Root {
         *lock(&self.shared.stop) = true;
         self.shared.stop_signal.notify_all();
         self.shared.flusher.join();
-        let _ = self.shared.sync_all(Checkpoint::Close);
-        // Large search tails are saved so the first search after the next open need not
-        // index the active segment again.
+        // Each open Session is closed as the cache closes one (indexes synced, a checkpoint
+        // when its tail is long, its newest segment sealed when small), and its large search
+        // tail saved so the first search after the next open need not index the active
+        // segment again.
         let closing = self.shared.closing();
         for s in self.shared.open_sessions() {
-            s.refresh_filter_if_indexed();
-            s.save_search_tail(&closing, true);
+            s.close_with(&closing, true);
         }
         // The listing facts go to the catalog snapshot, read back by the next open.
         let ids: Vec<String> = lock(&self.shared.registry)

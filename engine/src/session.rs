@@ -546,6 +546,10 @@ pub(crate) enum Checkpoint {
     /// When the log grew by more than [`CLOSE_CHECKPOINT_LOG_BYTES`] (a Session closed by the
     /// cache or by the Root's close).
     Close,
+    /// As [`Checkpoint::Close`], for a Session whose newest segment is sealed once its log
+    /// closes: the sealed file is the evidence of its last batch, so receipts kept in memory
+    /// get no file (`receipt.idx`) unless a checkpoint is written.
+    CloseSealing,
     /// Whenever the log grew at all since the last one (`Root::sync_indexes`).
     Now,
 }
@@ -789,8 +793,9 @@ impl Session {
         // No `seq.idx` (a Session never checkpointed, or one whose index was lost or refused):
         // `seq.idx` and `row.idx` are rebuilt from the log and kept in memory until the first
         // checkpoint gives them files (see `sync_and_checkpoint`), so a small Session has
-        // neither. `receipt.idx` is written as before: its receipts are the evidence that a
-        // batch was acknowledged (`Session::referenced`, the registry's `lost_creation`).
+        // neither. `receipt.idx`, when there, is the evidence that a batch was acknowledged
+        // (`Session::referenced`, the registry's `lost_creation`); when it gets its file, see
+        // `sync_and_checkpoint`.
         let in_memory = !read_only && seq_opened.is_none();
         let receipt_path = dir.join("receipt.idx");
         let receipts_found = open_index(&receipt_path, RECEIPT_TAG, RECEIPT_ENTRY_BYTES, read_only);
@@ -1297,24 +1302,32 @@ impl Session {
             // Nothing of it is written: its memory goes with it.
             return;
         }
-        let _ = self.sync_indexes(Checkpoint::Close);
-        self.refresh_filter_if_indexed();
-        self.save_search_tail(close, false);
+        self.close_with(close, false);
     }
 
-    /// Saves the search tail at close (`may_sync`: the log may be synced for it, as when the
-    /// Root closes), after asking the log to seal its newest segment once closed (see
-    /// [`Closing::seal_bytes_min`]); a tail of a segment that the seal finishes is saved as
-    /// that segment's postings.
-    pub(crate) fn save_search_tail(&self, close: &Closing, may_sync: bool) {
+    /// [`Session::close`], also for the Root's close (`may_sync`: the log may be synced to
+    /// save the search tail). First asks the log to seal its newest segment once closed (see
+    /// [`Closing::seal_bytes_min`]), then syncs the indexes (a sealed segment needs no
+    /// `receipt.idx` as evidence, see [`Checkpoint::CloseSealing`]) and saves the search
+    /// tail; a tail of a segment that the seal finishes is saved as that segment's postings.
+    pub(crate) fn close_with(&self, close: &Closing, may_sync: bool) {
+        if self.read_only {
+            return;
+        }
         // A newest segment past `SEAL_ON_CLOSE_BYTES_MAX` belongs to a large, busy Session:
         // it is sealed when it rolls, and its recent pages stay readable without a
         // decompression meanwhile.
-        let finished = close.seal_bytes_min != u64::MAX
+        let sealing = close.seal_bytes_min != u64::MAX
             && self.log.end().offset <= SEAL_ON_CLOSE_BYTES_MAX
             && self.log.seal_when_closed(close.seal_bytes_min);
+        let _ = self.sync_indexes(if sealing {
+            Checkpoint::CloseSealing
+        } else {
+            Checkpoint::Close
+        });
+        self.refresh_filter_if_indexed();
         self.search
-            .save_tail(self, close.tail_pairs_min, may_sync, finished);
+            .save_tail(self, close.tail_pairs_min, may_sync, sealing);
     }
 
     /// From now on appends do not index their rows for search; the next search catches up.
@@ -2113,13 +2126,13 @@ impl Session {
             .saturating_sub(mark.appended_bytes);
         let want_ckpt = match checkpoint {
             Checkpoint::IfGrown => grown > CHECKPOINT_LOG_BYTES,
-            Checkpoint::Close => grown > CLOSE_CHECKPOINT_LOG_BYTES,
+            Checkpoint::Close | Checkpoint::CloseSealing => grown > CLOSE_CHECKPOINT_LOG_BYTES,
             Checkpoint::Now => grown > 0,
         };
         if !dirty && !want_ckpt {
             return Ok(());
         }
-        let r = self.sync_and_checkpoint(&mut mark, want_ckpt);
+        let r = self.sync_and_checkpoint(&mut mark, want_ckpt, checkpoint);
         if r.is_err() {
             // Retried on the next tick (the indexes are derived: at worst rebuilt on open).
             self.dirty.store(true, Ordering::Release);
@@ -2127,20 +2140,35 @@ impl Session {
         r
     }
 
-    fn sync_and_checkpoint(&self, mark: &mut SyncMark, want_ckpt: bool) -> Result<(), EngineError> {
+    fn sync_and_checkpoint(
+        &self,
+        mark: &mut SyncMark,
+        want_ckpt: bool,
+        checkpoint: Checkpoint,
+    ) -> Result<(), EngineError> {
+        // Receipts kept in memory get their file for a checkpoint (which counts its entries),
+        // and at a close or an explicit sync that leaves the newest segment active, when there
+        // is an entry to write: that file is then the evidence that the last batch was
+        // acknowledged (`Session::referenced`). The background flusher gives it none (after
+        // a killed process the log's synced bytes are whole; the file was never synced for a
+        // power loss), and a close that seals the segment needs none (damage in a sealed
+        // file is reported, never cut as a torn tail). So a small Session written once and
+        // closed makes no index file.
+        let receipts_evidence = matches!(checkpoint, Checkpoint::Close | Checkpoint::Now);
         let (attach_seq, attach_receipts) = {
             let inner = self.read();
             let receipts = &inner.receipts;
             (
                 want_ckpt && inner.seq.is_detached(),
-                receipts.is_detached() && (want_ckpt || !receipts.is_empty()),
+                receipts.is_detached()
+                    && (want_ckpt || (receipts_evidence && !receipts.is_empty())),
             )
         };
         if attach_seq || attach_receipts {
-            // Indexes kept in memory since the open get their files: `receipt.idx` once it has
-            // an entry to write (or for a checkpoint, which counts its entries); `seq.idx` and
-            // `row.idx` (no `seq.idx` was found) for a checkpoint, `seq.idx` last, so that a
-            // crash half way leaves none and the next open rebuilds them in memory again.
+            // Indexes kept in memory since the open get their files (see above for
+            // `receipt.idx`); `seq.idx` and `row.idx` (no `seq.idx` was found) for a
+            // checkpoint, `seq.idx` last, so that a crash half way leaves none and the next
+            // open rebuilds them in memory again.
             let mut inner = self.write_checked()?;
             let inner = &mut *inner;
             let mut detached = Vec::with_capacity(3);

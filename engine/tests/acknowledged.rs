@@ -344,3 +344,44 @@ fn a_small_sessions_receipt_index_is_made_by_its_first_sync_and_guards_its_last_
     assert_eq!(names(&sdir.join("log")), log_files, "nothing is cut");
     assert_eq!(std::fs::read(&seg).expect("read"), bytes, "nor rewritten");
 }
+
+/// A small Session whose close seals its segment makes no index file at all: neither the
+/// background flusher nor the close gives its receipts a file, the sealed segment being the
+/// evidence of its last batch (damage in it is reported, never cut). Its receipts come back
+/// from the log at the next open: a repeated append is answered, not applied again.
+#[test]
+fn a_session_sealed_at_close_makes_no_receipt_index() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("root");
+    let sdir = dir.join("sessions").join("s");
+    let options = || RootOptions {
+        seal_on_close_bytes_min: 1,
+        index_sync_interval: std::time::Duration::from_millis(5),
+        ..RootOptions::default()
+    };
+    let json = r#"[{"kind":"userMessage","invocation":"i0","text":"turn 0","attachments":[]}]"#;
+    {
+        let root = Root::open_or_init_with(&dir, options()).expect("root");
+        create(&root, "s");
+        append(&root, "s", "a0", json).expect("append");
+        // Many flusher ticks: none of them makes the file.
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        assert!(!sdir.join("receipt.idx").exists(), "the flusher made it");
+    }
+    let log_files = names(&sdir.join("log"));
+    assert!(
+        log_files.iter().any(|n| n.ends_with(".sealed")),
+        "sealed at close: {log_files:?}"
+    );
+    assert!(!sdir.join("receipt.idx").exists(), "the close made it");
+    let root = Root::open_with(&dir, options()).expect("reopen");
+    append(&root, "s", "a0", json).expect("repeat");
+    assert_eq!(
+        root.revision("s").expect("rev"),
+        2,
+        "answered from the log's receipt"
+    );
+    let other = json.replace("turn 0", "turn 1");
+    let err = append(&root, "s", "a0", &other).expect_err("other params");
+    assert_eq!(err.kind(), ErrorKind::Conflict, "{err}");
+}
