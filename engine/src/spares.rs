@@ -5,9 +5,11 @@
 //!
 //! A spare is `sessions/.spare-<open>-<n>/log/` holding an empty log (its first segment's
 //! header). Spares are made by one thread at a time, started by a creation that finds fewer
-//! than [`SPARES_LOW`] ready; a creation that finds none builds its directory as before. The
-//! Root's close removes the spares not taken; the next open after an unclean end removes
-//! those no Root-log record names.
+//! than half the target ready; a creation that finds none builds its directory as before.
+//! The target starts at [`SPARES_TARGET_MIN`] and doubles, up to [`SPARES_READY_MAX`], each
+//! time a creation finds none ready while the maker is at work (creations outrun it: larger
+//! batches spread each `syncfs` over more spares). The Root's close removes the spares not
+//! taken; the next open after an unclean end removes those no Root-log record names.
 
 use crate::error::EngineError;
 use crate::records::SPARE_PREFIX;
@@ -17,10 +19,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// Spares kept ready at most.
-pub(crate) const SPARES_READY_MAX: usize = 64;
-/// A creation that leaves fewer ready than this starts the maker.
-pub(crate) const SPARES_LOW: usize = 32;
+/// Spares kept ready at first: a Root that creates a Session now and then makes no more.
+pub(crate) const SPARES_TARGET_MIN: usize = 64;
+/// Spares kept ready at most, however fast Sessions are created.
+pub(crate) const SPARES_READY_MAX: usize = 512;
 
 pub(crate) struct Spares {
     inner: Arc<Inner>,
@@ -40,6 +42,8 @@ struct State {
     ready: Vec<String>,
     /// Spares named so far by this open.
     named: u64,
+    /// How many the maker keeps ready (0 before the first take: [`SPARES_TARGET_MIN`]).
+    target: usize,
     maker: Option<JoinHandle<()>>,
     /// The Root is closing: no more are made.
     stopped: bool,
@@ -69,7 +73,8 @@ impl Spares {
         let taken = st.ready.pop();
         let running = st.maker.as_ref().is_some_and(|h| !h.is_finished());
         let resting = st.retry_at.is_some_and(|at| Instant::now() < at);
-        if !st.stopped && !running && !resting && st.ready.len() < SPARES_LOW {
+        st.target = next_target(st.target, taken.is_none() && running);
+        if !st.stopped && !running && !resting && st.ready.len() < st.target / 2 {
             let inner = Arc::clone(&self.inner);
             st.maker = std::thread::Builder::new()
                 .name("logbook-spares".into())
@@ -109,18 +114,18 @@ impl Inner {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The maker: batches of spares, each made durable by one `syncfs`, until
-    /// [`SPARES_READY_MAX`] are ready or the Root closes. After a failure none is made for
+    /// The maker: batches of spares, each made durable by one `syncfs`, until the target
+    /// is ready or the Root closes. After a failure none is made for
     /// [`RETRY_AFTER`] (creations build their directories themselves meanwhile); what it made
     /// of the failed batch is removed.
     fn make(&self) {
         loop {
             let (first, count) = {
                 let mut st = self.lock();
-                if st.stopped || st.ready.len() >= SPARES_READY_MAX {
+                if st.stopped || st.ready.len() >= st.target {
                     return;
                 }
-                let count = SPARES_READY_MAX - st.ready.len();
+                let count = st.target - st.ready.len();
                 let first = st.named;
                 st.named += count as u64;
                 (first, count as u64)
@@ -148,9 +153,42 @@ impl Inner {
     }
 }
 
+/// The maker's target after a take: doubled (up to [`SPARES_READY_MAX`]) when the take
+/// found none ready while the maker was at work, else at least [`SPARES_TARGET_MIN`].
+fn next_target(target: usize, outrun: bool) -> usize {
+    if outrun {
+        (target * 2).clamp(SPARES_TARGET_MIN, SPARES_READY_MAX)
+    } else {
+        target.max(SPARES_TARGET_MIN)
+    }
+}
+
 /// One spare: its directory and an empty log in it, nothing synced.
 fn make_spare(dir: &Path, config: &LogConfig) -> Result<(), EngineError> {
     std::fs::create_dir(dir).map_err(|e| EngineError::io(dir, "create directory", e))?;
     Log::write_empty_unsynced(&dir.join("log"), config)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_target_grows_only_when_creations_outrun_the_maker() {
+        assert_eq!(next_target(0, false), SPARES_TARGET_MIN);
+        assert_eq!(next_target(0, true), SPARES_TARGET_MIN);
+        assert_eq!(next_target(SPARES_TARGET_MIN, false), SPARES_TARGET_MIN);
+        assert_eq!(next_target(SPARES_TARGET_MIN, true), 2 * SPARES_TARGET_MIN);
+        let mut t = SPARES_TARGET_MIN;
+        for _ in 0..20 {
+            t = next_target(t, true);
+        }
+        assert_eq!(t, SPARES_READY_MAX);
+        assert_eq!(
+            next_target(t, false),
+            SPARES_READY_MAX,
+            "it does not shrink"
+        );
+    }
 }
