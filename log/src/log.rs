@@ -1810,6 +1810,9 @@ struct SealPool {
     rolled: VecDeque<(Arc<Shared>, u64)>,
     /// Closed logs' newest segments, oldest first (see [`ClosedSeal::deferral`]).
     closed: VecDeque<ClosedSeal>,
+    /// How many of `closed` each directory has, so that an open of a log with none queued
+    /// (a new Session's, say, while thousands of closed ones wait) does not walk the queue.
+    closed_keys: BTreeMap<DirKey, usize>,
     threads: usize,
     /// Closed logs being sealed now (see [`Log::seal_when_closed`]).
     closing: Vec<(DirKey, PathBuf)>,
@@ -1882,11 +1885,43 @@ impl SealPool {
     fn is_empty(&self) -> bool {
         self.rolled.is_empty() && self.closed.is_empty()
     }
+
+    fn queue_closed(&mut self, c: ClosedSeal) {
+        *self.closed_keys.entry(c.key).or_default() += 1;
+        self.closed.push_back(c);
+    }
+
+    /// Counts a closed log's seal taken out of `closed`.
+    fn unqueued(&mut self, c: &ClosedSeal) {
+        uncount(&mut self.closed_keys, c.key);
+    }
+
+    /// Removes the queued closed logs' seals that `drop` picks.
+    fn unqueue_where(&mut self, mut drop: impl FnMut(&ClosedSeal) -> bool) {
+        let (closed, keys) = (&mut self.closed, &mut self.closed_keys);
+        closed.retain(|c| {
+            let keep = !drop(c);
+            if !keep {
+                uncount(keys, c.key);
+            }
+            keep
+        });
+    }
+}
+
+fn uncount(keys: &mut BTreeMap<DirKey, usize>, key: DirKey) {
+    if let Some(n) = keys.get_mut(&key) {
+        *n -= 1;
+        if *n == 0 {
+            keys.remove(&key);
+        }
+    }
 }
 
 static SEAL_POOL: Mutex<SealPool> = Mutex::new(SealPool {
     rolled: VecDeque::new(),
     closed: VecDeque::new(),
+    closed_keys: BTreeMap::new(),
     threads: 0,
     closing: Vec::new(),
     hurry: Vec::new(),
@@ -1903,7 +1938,7 @@ fn push_seal_job(job: SealJob) -> Option<SealJob> {
     let rolled = matches!(job, SealJob::Rolled(..));
     match job {
         SealJob::Rolled(shared, n) => pool.rolled.push_back((shared, n)),
-        SealJob::Closed(c) => pool.closed.push_back(c),
+        SealJob::Closed(c) => pool.queue_closed(c),
     }
     // A thread deferring a closed log's seal takes a rolled segment first.
     SEAL_POOL_CV.notify_all();
@@ -1923,7 +1958,11 @@ fn push_seal_job(job: SealJob) -> Option<SealJob> {
             .rolled
             .pop_back()
             .map(|(shared, n)| SealJob::Rolled(shared, n)),
-        Err(_) if pool.threads == 0 => pool.closed.pop_back().map(SealJob::Closed),
+        Err(_) if pool.threads == 0 => {
+            let c = pool.closed.pop_back()?;
+            pool.unqueued(&c);
+            Some(SealJob::Closed(c))
+        }
         Err(_) => None,
     }
 }
@@ -1950,6 +1989,7 @@ fn next_seal_job() -> Option<SealJob> {
         };
         match ready.and_then(|i| pool.closed.remove(i)) {
             Some(c) => {
+                pool.unqueued(&c);
                 let running = (c.key, c.dir.clone());
                 pool.closing.push(running);
                 return Some(SealJob::Closed(c));
@@ -2015,7 +2055,9 @@ fn sealer_loop() {
 /// for one that has started, so that the open finds the directory as the seal leaves it.
 fn settle_closed_seal(key: DirKey) {
     let mut pool = lock(&SEAL_POOL);
-    pool.closed.retain(|c| c.key != key);
+    if pool.closed_keys.contains_key(&key) {
+        pool.unqueue_where(|c| c.key == key);
+    }
     while pool.closing.iter().any(|(k, _)| *k == key) {
         pool = SEAL_POOL_CV.wait(pool).unwrap_or_else(|p| p.into_inner());
     }
@@ -2050,7 +2092,7 @@ pub fn settle_closed_seals(dir: &Path, wait_max: Duration) {
         }
         let now = Instant::now();
         if queued && now >= deadline {
-            pool.closed.retain(|c| !under(&c.dir));
+            pool.unqueue_where(|c| under(&c.dir));
             continue;
         }
         pool = if queued {
@@ -2937,5 +2979,50 @@ impl Iterator for Scan<'_> {
                 }
             };
         }
+    }
+}
+
+#[cfg(test)]
+mod seal_pool_tests {
+    use super::*;
+
+    fn job(key: DirKey, dir: &str) -> ClosedSeal {
+        ClosedSeal {
+            fs: Arc::new(crate::io::RealFs),
+            dir: PathBuf::from(dir),
+            key,
+            segment: 0,
+            len: 32,
+            queued: Instant::now(),
+        }
+    }
+
+    #[test]
+    fn the_queued_closed_seals_are_counted_per_directory() {
+        let mut pool = SealPool {
+            rolled: VecDeque::new(),
+            closed: VecDeque::new(),
+            closed_keys: BTreeMap::new(),
+            threads: 0,
+            closing: Vec::new(),
+            hurry: Vec::new(),
+        };
+        pool.queue_closed(job((1, 1), "/r/a"));
+        pool.queue_closed(job((1, 2), "/r/b"));
+        pool.queue_closed(job((1, 1), "/r/a"));
+        pool.queue_closed(job((2, 1), "/s/c"));
+        assert_eq!(pool.closed_keys.get(&(1, 1)), Some(&2));
+        let c = pool.closed.pop_front().expect("queued");
+        pool.unqueued(&c);
+        assert_eq!(pool.closed_keys.get(&(1, 1)), Some(&1));
+        pool.unqueue_where(|c| c.key == (1, 1));
+        assert!(!pool.closed_keys.contains_key(&(1, 1)));
+        pool.unqueue_where(|c| c.dir.starts_with("/r"));
+        assert_eq!(pool.closed.len(), 1);
+        assert_eq!(
+            pool.closed_keys.iter().collect::<Vec<_>>(),
+            [(&(2, 1), &1)],
+            "only the other directory's seal is left"
+        );
     }
 }
