@@ -1298,10 +1298,6 @@ impl Session {
     /// nothing and indexes nothing again. Best effort: everything here is derived from the
     /// log, so what fails is rebuilt by that open.
     pub(crate) fn close(&self, close: &Closing) {
-        if self.read_only {
-            // Nothing of it is written: its memory goes with it.
-            return;
-        }
         self.close_with(close, false);
     }
 
@@ -1312,6 +1308,7 @@ impl Session {
     /// tail; a tail of a segment that the seal finishes is saved as that segment's postings.
     pub(crate) fn close_with(&self, close: &Closing, may_sync: bool) {
         if self.read_only {
+            // Nothing of it is written: its memory goes with it.
             return;
         }
         // A newest segment past `SEAL_ON_CLOSE_BYTES_MAX` belongs to a large, busy Session:
