@@ -1882,6 +1882,17 @@ impl ClosedSeal {
 }
 
 impl SealPool {
+    const fn new() -> SealPool {
+        SealPool {
+            rolled: VecDeque::new(),
+            closed: VecDeque::new(),
+            closed_keys: BTreeMap::new(),
+            threads: 0,
+            closing: Vec::new(),
+            hurry: Vec::new(),
+        }
+    }
+
     fn is_empty(&self) -> bool {
         self.rolled.is_empty() && self.closed.is_empty()
     }
@@ -1891,9 +1902,11 @@ impl SealPool {
         self.closed.push_back(c);
     }
 
-    /// Counts a closed log's seal taken out of `closed`.
-    fn unqueued(&mut self, c: &ClosedSeal) {
+    /// Takes the closed log's seal at `i` out of the queue.
+    fn take_closed(&mut self, i: usize) -> Option<ClosedSeal> {
+        let c = self.closed.remove(i)?;
         uncount(&mut self.closed_keys, c.key);
+        Some(c)
     }
 
     /// Removes the queued closed logs' seals that `drop` picks.
@@ -1918,14 +1931,7 @@ fn uncount(keys: &mut BTreeMap<DirKey, usize>, key: DirKey) {
     }
 }
 
-static SEAL_POOL: Mutex<SealPool> = Mutex::new(SealPool {
-    rolled: VecDeque::new(),
-    closed: VecDeque::new(),
-    closed_keys: BTreeMap::new(),
-    threads: 0,
-    closing: Vec::new(),
-    hurry: Vec::new(),
-});
+static SEAL_POOL: Mutex<SealPool> = Mutex::new(SealPool::new());
 
 /// Signalled whenever a closed log's seal ends, a job is queued, or a settle begins.
 static SEAL_POOL_CV: Condvar = Condvar::new();
@@ -1959,9 +1965,8 @@ fn push_seal_job(job: SealJob) -> Option<SealJob> {
             .pop_back()
             .map(|(shared, n)| SealJob::Rolled(shared, n)),
         Err(_) if pool.threads == 0 => {
-            let c = pool.closed.pop_back()?;
-            pool.unqueued(&c);
-            Some(SealJob::Closed(c))
+            let last = pool.closed.len().checked_sub(1)?;
+            pool.take_closed(last).map(SealJob::Closed)
         }
         Err(_) => None,
     }
@@ -1987,9 +1992,8 @@ fn next_seal_job() -> Option<SealJob> {
                 .iter()
                 .position(|c| c.deferral(&pool.hurry).is_none()),
         };
-        match ready.and_then(|i| pool.closed.remove(i)) {
+        match ready.and_then(|i| pool.take_closed(i)) {
             Some(c) => {
-                pool.unqueued(&c);
                 let running = (c.key, c.dir.clone());
                 pool.closing.push(running);
                 return Some(SealJob::Closed(c));
@@ -2999,21 +3003,13 @@ mod seal_pool_tests {
 
     #[test]
     fn the_queued_closed_seals_are_counted_per_directory() {
-        let mut pool = SealPool {
-            rolled: VecDeque::new(),
-            closed: VecDeque::new(),
-            closed_keys: BTreeMap::new(),
-            threads: 0,
-            closing: Vec::new(),
-            hurry: Vec::new(),
-        };
+        let mut pool = SealPool::new();
         pool.queue_closed(job((1, 1), "/r/a"));
         pool.queue_closed(job((1, 2), "/r/b"));
         pool.queue_closed(job((1, 1), "/r/a"));
         pool.queue_closed(job((2, 1), "/s/c"));
         assert_eq!(pool.closed_keys.get(&(1, 1)), Some(&2));
-        let c = pool.closed.pop_front().expect("queued");
-        pool.unqueued(&c);
+        pool.take_closed(0).expect("queued");
         assert_eq!(pool.closed_keys.get(&(1, 1)), Some(&1));
         pool.unqueue_where(|c| c.key == (1, 1));
         assert!(!pool.closed_keys.contains_key(&(1, 1)));
