@@ -1064,13 +1064,13 @@ impl Session {
         );
         // A replay may pass over the whole log (a rebuild, an import): it streams, so the
         // blocks it reads neither fill the shared block cache nor stay mapped. A short one
-        // (a small Session opened by a search or a read) leaves its blocks in the cache, the
-        // first to go, so the reads that follow it (the search tail's rows, a page's rows)
-        // do not decompress them again.
+        // (a small Session opened by a search, a read or its first append) leaves its blocks
+        // in the cache, the first to go, so the reads that follow it (the search tail's rows,
+        // a page's rows) do not decompress them again; it maps nothing (`Log::short_scan`).
         let short = pos(end).saturating_sub(origin) <= REPLAY_CACHED_BYTES_MAX;
         let scan = start.map(|s| {
             if short {
-                self.log.scan(s)
+                self.log.short_scan(s)
             } else {
                 self.log.streaming_scan(s)
             }

@@ -241,6 +241,9 @@ impl Window {
 struct ReadState {
     /// Bytes one read of an active segment takes (a record longer than it is read whole).
     ahead: u64,
+    /// Whether active-segment bytes may be read through the segment's map (made on the
+    /// first such read). A one-pass reader reads them with `pread` into `window` instead.
+    map_active: bool,
     /// The sealed block used last.
     hint: BlockHint,
     /// Active-segment bytes read last.
@@ -254,9 +257,19 @@ impl ReadState {
     fn new(ahead: u64, bulk: bool) -> ReadState {
         ReadState {
             ahead,
+            map_active: true,
             hint: BlockHint::new(bulk),
             window: Window::default(),
             scratch: Vec::new(),
+        }
+    }
+
+    /// The state of a reader that streams (see [`Log::streaming_reader`]).
+    fn streaming() -> ReadState {
+        ReadState {
+            hint: BlockHint::streaming(),
+            map_active: false,
+            ..ReadState::new(READ_WINDOW_BYTES, true)
         }
     }
 }
@@ -1236,10 +1249,7 @@ impl Log {
         Reader {
             log: self,
             cur: None,
-            st: ReadState {
-                hint: BlockHint::streaming(),
-                ..ReadState::new(READ_WINDOW_BYTES, true)
-            },
+            st: ReadState::streaming(),
         }
     }
 
@@ -1261,10 +1271,19 @@ impl Log {
     /// [`Log::scan`] reading sealed blocks as [`Log::streaming_reader`] does: for one pass
     /// over much history (a replay that rebuilds indexes), in about one block of memory.
     pub fn streaming_scan(&self, from: Location) -> Scan<'_> {
+        self.scan_with(from, ReadState::streaming())
+    }
+
+    /// [`Log::scan`] for one short pass (a small log's replay at open): sealed blocks enter
+    /// the block cache as the first to go, as [`Log::reader`]'s do, and the active segment is
+    /// read with `pread` into a window, so the pass maps nothing. A map of the active segment
+    /// and its unmap cost more than the one or two reads of a short pass, and the unmap, when
+    /// the log closes, interrupts every core that runs one of the process's threads.
+    pub fn short_scan(&self, from: Location) -> Scan<'_> {
         self.scan_with(
             from,
             ReadState {
-                hint: BlockHint::streaming(),
+                map_active: false,
                 ..ReadState::new(READ_WINDOW_BYTES, true)
             },
         )
@@ -2719,9 +2738,10 @@ impl Shared {
         let mut h = [0u8; FRAME_HEADER_BYTES as usize];
         match seg {
             Seg::Sealed(_) => self.read_bytes(seg, offset, &mut h, &mut st.hint)?,
-            // A streaming reader reads the active segment with `pread` too (its window), so a
-            // pass leaves no page of it mapped in the process.
-            Seg::Active(a) => match (!st.hint.streams())
+            // A streaming or short reader reads the active segment with `pread` (its window),
+            // so its pass leaves no map of it in the process.
+            Seg::Active(a) => match st
+                .map_active
                 .then(|| a.mapped(offset, offset + FRAME_HEADER_BYTES))
                 .flatten()
             {
@@ -2759,10 +2779,7 @@ impl Shared {
             Seg::Sealed(s) => {
                 s.slice(at, len as usize, &self.cache, &mut st.hint, &mut st.scratch)?
             }
-            Seg::Active(a) => match (!st.hint.streams())
-                .then(|| a.mapped(at, at + len))
-                .flatten()
-            {
+            Seg::Active(a) => match st.map_active.then(|| a.mapped(at, at + len)).flatten() {
                 Some(bytes) => bytes,
                 None => {
                     let n = fh.frame_len().max((bound - offset).min(st.ahead));

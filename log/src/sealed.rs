@@ -334,11 +334,6 @@ impl BlockHint {
         }
     }
 
-    /// Whether the reader streams (see the type's documentation).
-    pub(crate) fn streams(&self) -> bool {
-        self.stream
-    }
-
     /// A hint for a reader that streams (see the type's documentation).
     pub(crate) fn streaming() -> BlockHint {
         BlockHint {

@@ -626,3 +626,43 @@ fn a_first_batch_goes_only_into_an_empty_log() {
     std::fs::write(missing.join("00000000000000000000.active"), [7u8; 32]).unwrap();
     assert!(Log::write_first_unsynced(&missing, &config, &first).is_err());
 }
+
+/// Whether this process maps any file of the directory `d`.
+fn maps_under(d: &Path) -> bool {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    let d = d.to_str().unwrap();
+    maps.lines().any(|l| l.contains(d))
+}
+
+#[test]
+fn a_short_scan_maps_nothing_and_reads_what_a_scan_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("short-scan-log");
+    let log = Log::create(&d, LogConfig::default()).unwrap();
+    for i in 0..20 {
+        log.append(&[Record {
+            kind: 1,
+            payload: &payload(i),
+        }])
+        .unwrap();
+    }
+    drop(log);
+    let (log, _) = Log::open(&d, LogConfig::default()).unwrap();
+    let short: Vec<_> = log
+        .short_scan(log.start())
+        .map(|r| {
+            let (l, rec, last) = r.expect("short scan");
+            (l, rec.kind, rec.payload, last)
+        })
+        .collect();
+    assert_eq!(short.len(), 20);
+    assert!(!maps_under(&d), "a short scan mapped the active segment");
+    // The same records as a scan, which maps the segment (so the check above can fail).
+    assert_eq!(all(&log), short);
+    assert!(
+        maps_under(&d),
+        "a scan reads the active segment through its map"
+    );
+    drop(log);
+    assert!(!maps_under(&d));
+}
