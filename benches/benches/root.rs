@@ -10,7 +10,7 @@
 //!
 //! The rows are synthetic text of about the bench corpus's row size (2.8 KB), not the corpus.
 //! Run: `cargo bench -p logbook-benches --bench root -- --warm-up-time 1 --measurement-time 3`
-//! (`LOGBOOK_BENCH_SESSIONS=1000,10000` picks the sizes; 1,000 by default).
+//! (`LOGBOOK_BENCH_SESSIONS=1000,10000` picks the sizes; 1,000 by default, `0` none).
 //! `LOGBOOK_BENCH_CORPUS_SERVE=1` also ingests the bench corpus (`LOGBOOK_CORPUS`, default
 //! `target/corpus/rows500.jsonl`) through the server beside one JSONL file per Session.
 
@@ -29,7 +29,12 @@ const ROW_TEXT_BYTES: usize = 2_770;
 fn sizes() -> Vec<usize> {
     std::env::var("LOGBOOK_BENCH_SESSIONS")
         .ok()
-        .map(|v| v.split(',').filter_map(|n| n.trim().parse().ok()).collect())
+        .map(|v| {
+            v.split(',')
+                .filter_map(|n| n.trim().parse().ok())
+                .filter(|&n| n > 0)
+                .collect()
+        })
         .unwrap_or_else(|| vec![1_000])
 }
 

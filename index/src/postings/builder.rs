@@ -22,6 +22,54 @@ thread_local! {
     /// Deduplicates the trigrams of one text without a map lookup per byte
     /// (2 MiB per thread, always left all-zero between calls).
     static SEEN: RefCell<Vec<u64>> = const { RefCell::new(Vec::new()) };
+    /// The staging buffers a batch borrows on this thread (see [`Staging`]).
+    static STAGING: RefCell<Staging> = const { RefCell::new(Staging::new()) };
+}
+
+/// The buffers a batch collects and sorts its pairs in. They belong to the thread, not to a
+/// builder: a thread indexing the rows of hundreds of Sessions, a batch at a time each,
+/// keeps one set (up to a few MiB) instead of one per Session, and does not fault fresh
+/// pages for each.
+#[derive(Debug, Default)]
+struct Staging {
+    /// Pairs of the open batch, `trigram << 32 | doc`, docs ascending.
+    pending: Vec<u64>,
+    /// Scratch of the radix sort.
+    scratch: Vec<u64>,
+    /// `(list index, pairs)` of each run of the sorted pairs.
+    runs: Vec<(u32, u32)>,
+}
+
+impl Staging {
+    const fn new() -> Staging {
+        Staging {
+            pending: Vec::new(),
+            scratch: Vec::new(),
+            runs: Vec::new(),
+        }
+    }
+
+    /// This thread's buffers (empty ones when another batch on this thread holds them, or
+    /// the thread is being torn down).
+    fn take() -> Staging {
+        STAGING
+            .try_with(|cell| cell.try_borrow_mut().map(|mut s| std::mem::take(&mut *s)))
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default()
+    }
+
+    /// Gives the buffers back to this thread for its next batch.
+    fn give_back(mut self) {
+        self.pending.clear();
+        let _ = STAGING.try_with(|cell| {
+            if let Ok(mut s) = cell.try_borrow_mut() {
+                if s.pending.capacity() < self.pending.capacity() {
+                    *s = self;
+                }
+            }
+        });
+    }
 }
 
 /// One doc list: gaps as varints (first doc, then doc - previous - 1).
@@ -121,12 +169,6 @@ pub struct PostingsBuilder {
     lists: Vec<(u32, List)>,
     all_docs: List,
     pairs: u64,
-    /// Pairs of the open batch, `trigram << 32 | doc`, docs ascending; empty outside one.
-    pending: Vec<u64>,
-    /// Scratch of the radix sort (kept for its capacity).
-    scratch: Vec<u64>,
-    /// Scratch of `file_pending`: `(list index, pairs)` of each run of the sorted pairs.
-    runs: Vec<(u32, u32)>,
 }
 
 /// Pairs a batch collects before it files them (2 MiB of pairs, plus as much scratch).
@@ -137,6 +179,8 @@ pub(crate) const BATCH_PAIRS_MAX: usize = 1 << 18;
 #[derive(Debug)]
 pub struct PostingsBatch<'a> {
     builder: &'a mut PostingsBuilder,
+    /// The pairs staged and not yet filed, in this thread's buffers.
+    staging: Staging,
 }
 
 impl PostingsBatch<'_> {
@@ -145,16 +189,18 @@ impl PostingsBatch<'_> {
     /// # Panics
     /// When `doc` is smaller than a doc added before (a caller bug).
     pub fn add(&mut self, doc: u32, folded_text: &[u8]) {
-        self.builder.stage(doc, folded_text);
-        if self.builder.pending.len() >= BATCH_PAIRS_MAX {
-            self.builder.file_pending();
+        self.builder
+            .stage(doc, folded_text, &mut self.staging.pending);
+        if self.staging.pending.len() >= BATCH_PAIRS_MAX {
+            self.builder.file_pending(&mut self.staging);
         }
     }
 }
 
 impl Drop for PostingsBatch<'_> {
     fn drop(&mut self) {
-        self.builder.file_pending();
+        self.builder.file_pending(&mut self.staging);
+        std::mem::take(&mut self.staging).give_back();
     }
 }
 
@@ -218,18 +264,20 @@ impl PostingsBuilder {
 
     /// A batch of texts to add; they are in the lists when it is dropped.
     pub fn batch(&mut self) -> PostingsBatch<'_> {
-        PostingsBatch { builder: self }
+        PostingsBatch {
+            builder: self,
+            staging: Staging::take(),
+        }
     }
 
     /// Records `doc` and the distinct trigrams of `folded_text` as pending pairs.
-    fn stage(&mut self, doc: u32, folded_text: &[u8]) {
+    fn stage(&mut self, doc: u32, folded_text: &[u8], pending: &mut Vec<u64>) {
         assert!(
             self.all_docs.count == 0 || doc >= self.all_docs.last,
             "PostingsBuilder::add: doc {doc} after doc {}: docs must be added in increasing order",
             self.all_docs.last
         );
         self.all_docs.push(doc);
-        let pending = &mut self.pending;
         let staged =
             SEEN.try_with(|cell| stage_trigrams(&mut cell.borrow_mut(), doc, folded_text, pending));
         if staged.is_err() {
@@ -240,19 +288,23 @@ impl PostingsBuilder {
     }
 
     /// Files the pending pairs into their lists, one list lookup per distinct trigram.
-    fn file_pending(&mut self) {
-        if self.pending.is_empty() {
+    fn file_pending(&mut self, staging: &mut Staging) {
+        let Staging {
+            pending,
+            scratch,
+            runs,
+        } = staging;
+        if pending.is_empty() {
             return;
         }
-        radix_sort_by_trigram(&mut self.pending, &mut self.scratch);
+        radix_sort_by_trigram(pending, scratch);
         // Two passes over the runs (one per distinct trigram): the first loop, only lookups,
         // is small enough for the core to keep many of the slot table's cache misses in
         // flight at once, where one loop doing both waited for each in turn (12 % of the
         // indexing time on the 500 MB corpus).
         // 1. Each run's list, created when new.
-        let runs = &mut self.runs;
         runs.clear();
-        for run in self.pending.chunk_by(|a, b| a >> 32 == b >> 32) {
+        for run in pending.chunk_by(|a, b| a >> 32 == b >> 32) {
             let i = slot_of(&mut self.slots, &mut self.lists, (run[0] >> 32) as u32);
             runs.push((i, run.len() as u32));
         }
@@ -262,14 +314,14 @@ impl PostingsBuilder {
         for &(i, n) in runs.iter() {
             let list = &mut self.lists[i as usize].1;
             let before = list.count;
-            for &p in &self.pending[at..at + n as usize] {
+            for &p in &pending[at..at + n as usize] {
                 list.push(p as u32);
             }
             at += n as usize;
             pairs += u64::from(list.count - before);
         }
         self.pairs += pairs;
-        self.pending.clear();
+        pending.clear();
     }
 
     /// Number of distinct docs added.
@@ -303,7 +355,6 @@ impl PostingsBuilder {
             + self.lists.capacity() * std::mem::size_of::<(u32, List)>()
             + self.slots.capacity() * std::mem::size_of::<(u32, u32)>()
             + self.all_docs.bytes.capacity()
-            + (self.pending.capacity() + self.scratch.capacity() + self.runs.capacity()) * 8
     }
 
     /// Docs `>= from_doc` holding ALL `trigrams`, ascending, at most `limit`.
