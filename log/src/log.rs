@@ -758,7 +758,10 @@ fn zero_fill(f: &dyn IoFile, from: u64, to: u64) -> std::io::Result<()> {
     if to <= from {
         return Ok(());
     }
-    let zeros = vec![0u8; ((to - from) as usize).min(ZERO_FILL_WRITE_BYTES)];
+    // Never written, so its pages are the kernel's shared zero page: no allocation, no
+    // memset and no fresh pages per fill (a growing log fills often).
+    static ZEROS: [u8; ZERO_FILL_WRITE_BYTES] = [0; ZERO_FILL_WRITE_BYTES];
+    let zeros = &ZEROS[..((to - from) as usize).min(ZERO_FILL_WRITE_BYTES)];
     let mut at = from;
     while at < to {
         let n = ((to - at) as usize).min(zeros.len());
@@ -1342,8 +1345,8 @@ impl Log {
         self.shared.config.segment_bytes_max
     }
 
-    /// Bytes of sealed segment files this handle keeps mapped and read through the map: the
-    /// small ones it opened (16 KiB at most each; a larger file's pages are let go after its
+    /// Bytes of sealed segment files this handle holds: the small ones it opened, read whole
+    /// into memory (16 KiB at most each; a larger file's mapped pages are let go after its
     /// checks). For a caller that keeps many logs open within a memory budget.
     pub fn sealed_map_bytes(&self) -> u64 {
         read_lock(&self.shared.segments)

@@ -16,8 +16,10 @@ use std::sync::{Arc, OnceLock};
 
 /// Largest compressed block accepted: zstd's bound for a 64 KiB input is a little above 64 KiB.
 const BLOCK_COMPRESSED_BYTES_MAX: u64 = 2 * BLOCK_BYTES;
-/// A sealed file at most this long is read through its map by every reader and keeps the
-/// pages its open touched: four pages, about a small Session's whole compressed log.
+/// A sealed file at most this long is read whole into memory by its open (one `pread`, no
+/// map) and every reader reads it there: four pages, about a small Session's whole compressed
+/// log. A map and its unmap cost more than that read, and the unmap, when the Session closes,
+/// interrupts every core that runs one of the process's threads.
 const SMALL_FILE_BYTES: u64 = 16 << 10;
 
 /// A sealed segment. Creating one touches no file: the file is opened, mapped and its header,
@@ -37,10 +39,27 @@ pub struct SealedSegment {
 /// The checked, mapped state of a sealed segment.
 #[derive(Debug)]
 pub struct Opened {
-    map: memmap2::Mmap,
+    map: FileBytes,
     /// The checked footer.
     pub footer: Footer,
     table: Vec<BlockEntry>,
+}
+
+/// A sealed file's bytes: mapped, or read whole (a small file).
+#[derive(Debug)]
+enum FileBytes {
+    Mapped(memmap2::Mmap),
+    Read(Box<[u8]>),
+}
+
+impl std::ops::Deref for FileBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            FileBytes::Mapped(m) => m,
+            FileBytes::Read(b) => b,
+        }
+    }
 }
 
 impl Opened {
@@ -54,8 +73,8 @@ impl Opened {
         self.footer.blocks
     }
 
-    /// A small file (a small Session's whole log): every reader reads it through its map,
-    /// whose pages stay (see `SealedSegment::block`).
+    /// A small file (a small Session's whole log): read whole at open, and every reader reads
+    /// it there (see `SealedSegment::block`).
     fn is_small(&self) -> bool {
         self.map.len() as u64 <= SMALL_FILE_BYTES
     }
@@ -94,9 +113,9 @@ impl SealedSegment {
         Ok(self.opened.get_or_init(|| o))
     }
 
-    /// Bytes of this file that stay mapped and read while it is open: the whole of a small
-    /// file once opened (every reader reads it through its map), none of a larger one (its
-    /// pages are let go after the open's checks, and bulk readers `pread` it).
+    /// Bytes of this file held while it is open: the whole of a small file once opened (read
+    /// into memory by the open; every reader reads it there), none of a larger one (its
+    /// mapped pages are let go after the open's checks, and bulk readers `pread` it).
     pub fn resident_map_bytes(&self) -> u64 {
         self.opened
             .get()
@@ -291,7 +310,8 @@ impl SealedSegment {
                 // bulk or streaming reader takes the compressed bytes with `pread`: a pass over
                 // much history leaves none of the file mapped, so none of it stays resident
                 // while the log is open. A small file (a small Session's whole log) is read
-                // from its map: a few pages, where a `pread` would open the file again.
+                // from the bytes its open read: a few pages, where a `pread` would open the
+                // file again.
                 let b = Arc::new(if (hint.bulk || hint.stream) && !o.is_small() {
                     self.decompress_block_read(o, i, hint)?
                 } else {
@@ -365,20 +385,31 @@ fn open_file(fs: &dyn FileSystem, path: &Path, segment: u64) -> Result<Opened, L
             "sealed segment shorter than header and footer",
         ));
     }
+    if len <= SMALL_FILE_BYTES {
+        let mut bytes = vec![0u8; len as usize];
+        crate::io::read_exact_at(&*f, &mut bytes, 0).map_err(|e| LogError::io(path, "read", e))?;
+        let (footer, table) = parse(path, segment, &bytes)?;
+        return Ok(Opened {
+            map: FileBytes::Read(bytes.into_boxed_slice()),
+            footer,
+            table,
+        });
+    }
     let map = f.map().map_err(|e| LogError::io(path, "mmap", e))?;
     let (footer, table) = parse(path, segment, &map)?;
     // The checks touched the first and last pages (header, table, footer), which the kernel
     // may map in large pieces (a few MiB per file with large page-cache folios); the table is
     // copied out, so they are let go. A streaming reader then maps no page of the file at all,
     // and a reader through the map faults in only what it reads. Best effort: on failure
-    // the pages stay mapped, which costs memory, not correctness. A small file keeps its few
-    // pages, which every reader reads through the map (see `SealedSegment::block`).
-    if len > SMALL_FILE_BYTES {
-        // SAFETY: the map is read-only, of a file never modified in place (docs/format.md):
-        // after DONTNEED a read of the map faults the same bytes in again from the file.
-        let _ = unsafe { map.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
-    }
-    Ok(Opened { map, footer, table })
+    // the pages stay mapped, which costs memory, not correctness.
+    // SAFETY: the map is read-only, of a file never modified in place (docs/format.md):
+    // after DONTNEED a read of the map faults the same bytes in again from the file.
+    let _ = unsafe { map.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
+    Ok(Opened {
+        map: FileBytes::Mapped(map),
+        footer,
+        table,
+    })
 }
 
 /// Checks header, footer and block table of a sealed file's bytes (docs/format.md).

@@ -149,7 +149,7 @@ fn large_records_span_blocks() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().join("log");
     let cfg = LogConfig {
-        segment_bytes_max: 1 << 20,
+        segment_bytes_max: 24 << 10,
         durability: Durability::NoSyncBulkImport,
         ..LogConfig::default()
     };
@@ -629,9 +629,16 @@ fn a_first_batch_goes_only_into_an_empty_log() {
 
 /// Whether this process maps any file of the directory `d`.
 fn maps_under(d: &Path) -> bool {
+    maps_named(d, "")
+}
+
+/// Whether this process maps a file of the directory `d` whose name holds `part`.
+fn maps_named(d: &Path, part: &str) -> bool {
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
     let d = d.to_str().unwrap();
-    maps.lines().any(|l| l.contains(d))
+    maps.lines()
+        .filter_map(|l| l.split_once(d))
+        .any(|(_, name)| name.contains(part))
 }
 
 #[test]
@@ -665,4 +672,59 @@ fn a_short_scan_maps_nothing_and_reads_what_a_scan_reads() {
     );
     drop(log);
     assert!(!maps_under(&d));
+}
+
+#[test]
+fn a_small_sealed_segment_is_read_without_a_map() {
+    let dir = tempfile::tempdir().unwrap();
+    let small = dir.path().join("small-sealed-log");
+    sealed_log(&small, Durability::NoSyncBulkImport, 12);
+    let (log, _) = Log::open(&small, tiny(Durability::NoSyncBulkImport)).unwrap();
+    let got = all(&log);
+    assert_eq!(got.len(), 12);
+    for (i, (_, kind, p, _)) in got.iter().enumerate() {
+        assert_eq!((*kind, p), (1, &payload(i)));
+    }
+    assert!(
+        !maps_named(&small, ".sealed"),
+        "a small sealed file was mapped"
+    );
+    drop(log);
+    // A sealed file past 16 KiB is opened through a map (so the check above can fail).
+    let large = dir.path().join("large-sealed-log");
+    let cfg = LogConfig {
+        segment_bytes_max: 24 << 10,
+        durability: Durability::NoSyncBulkImport,
+        ..LogConfig::default()
+    };
+    let log = Log::create(&large, cfg.clone()).unwrap();
+    let mut noise = 0x2545_f491_4f6c_dd1du64;
+    let texts: Vec<Vec<u8>> = (0..40)
+        .map(|_| {
+            (0..1024)
+                .map(|_| {
+                    noise ^= noise << 13;
+                    noise ^= noise >> 7;
+                    noise ^= noise << 17;
+                    noise as u8
+                })
+                .collect()
+        })
+        .collect();
+    for t in &texts {
+        log.append(&[Record {
+            kind: 1,
+            payload: t,
+        }])
+        .unwrap();
+    }
+    // Rolled at 24 KiB, so its first segments are sealed files of incompressible bytes.
+    assert_eq!(log.wait_for_sealing(), None);
+    drop(log);
+    let (log, _) = Log::open(&large, cfg).unwrap();
+    assert_eq!(all(&log).len(), 40);
+    assert!(
+        maps_named(&large, ".sealed"),
+        "a large sealed file is opened through its map"
+    );
 }
