@@ -2150,8 +2150,11 @@ impl Session {
         // a killed process the log's synced bytes are whole; the file was never synced for a
         // power loss), and a close that seals the segment needs none (damage in a sealed
         // file is reported, never cut as a torn tail). So a small Session written once and
-        // closed makes no index file.
-        let receipts_evidence = matches!(checkpoint, Checkpoint::Close | Checkpoint::Now);
+        // closed makes no index file. Nor does one sealed at an earlier close and only read
+        // since: its newest segment (started by the log's open) holds no record, so no
+        // acknowledged batch is there to be cut.
+        let receipts_evidence = matches!(checkpoint, Checkpoint::Close | Checkpoint::Now)
+            && self.log.end().offset > logbook_log::SEGMENT_HEADER_BYTES;
         let (attach_seq, attach_receipts) = {
             let inner = self.read();
             let receipts = &inner.receipts;

@@ -374,6 +374,28 @@ fn a_session_sealed_at_close_makes_no_receipt_index() {
         "sealed at close: {log_files:?}"
     );
     assert!(!sdir.join("receipt.idx").exists(), "the close made it");
+    // Read only, then closed at once (before a flusher tick syncs the rebuilt indexes): the
+    // newest segment the open started holds no record, so the close writes no evidence.
+    {
+        let root = Root::open_with(
+            &dir,
+            RootOptions {
+                index_sync_interval: std::time::Duration::from_secs(60),
+                ..options()
+            },
+        )
+        .expect("reopen to read");
+        assert_eq!(root.revision("s").expect("rev"), 2);
+        let log_files = names(&sdir.join("log"));
+        assert!(
+            log_files.iter().any(|n| n.ends_with(".active")),
+            "the open started a newest segment: {log_files:?}"
+        );
+    }
+    assert!(
+        !sdir.join("receipt.idx").exists(),
+        "a read-only use made it"
+    );
     let root = Root::open_with(&dir, options()).expect("reopen");
     append(&root, "s", "a0", json).expect("repeat");
     assert_eq!(
