@@ -36,10 +36,10 @@ pub struct SealedSegment {
     opened: OnceLock<Opened>,
 }
 
-/// The checked, mapped state of a sealed segment.
+/// The checked state of a sealed segment, with its bytes (mapped, or read whole).
 #[derive(Debug)]
 pub struct Opened {
-    map: FileBytes,
+    bytes: FileBytes,
     /// The checked footer.
     pub footer: Footer,
     table: Vec<BlockEntry>,
@@ -76,7 +76,7 @@ impl Opened {
     /// A small file (a small Session's whole log): read whole at open, and every reader reads
     /// it there (see `SealedSegment::block`).
     fn is_small(&self) -> bool {
-        self.map.len() as u64 <= SMALL_FILE_BYTES
+        self.bytes.len() as u64 <= SMALL_FILE_BYTES
     }
 }
 
@@ -120,7 +120,7 @@ impl SealedSegment {
         self.opened
             .get()
             .filter(|o| o.is_small())
-            .map_or(0, |o| o.map.len() as u64)
+            .map_or(0, |o| o.bytes.len() as u64)
     }
 
     /// Length of the logical stream (opens the file on first use).
@@ -131,7 +131,7 @@ impl SealedSegment {
     /// Checks and decompresses block `i` (`i` below `o.blocks()`), from the map.
     pub fn decompress_block(&self, o: &Opened, i: u32) -> Result<Vec<u8>, LogError> {
         let e = o.table[i as usize];
-        let bytes = &o.map[e.file_offset as usize..(e.file_offset + u64::from(e.len)) as usize];
+        let bytes = &o.bytes[e.file_offset as usize..(e.file_offset + u64::from(e.len)) as usize];
         self.check_and_decompress(o, i, bytes)
     }
 
@@ -374,23 +374,13 @@ fn open_file(fs: &dyn FileSystem, path: &Path, segment: u64) -> Result<Opened, L
         .open_ro(path)
         .map_err(|e| LogError::io(path, "open", e))?;
     let len = f.len().map_err(|e| LogError::io(path, "stat", e))?;
-    if len < HEADER_BYTES + FOOTER_BYTES {
-        // Too short to map usefully; read what is there so the error says the right thing.
-        let mut head = vec![0u8; len as usize];
-        crate::io::read_exact_at(&*f, &mut head, 0).map_err(|e| LogError::io(path, "read", e))?;
-        check_header(path, &head, SEALED_FORMAT, segment)?;
-        return Err(LogError::corrupt(
-            path,
-            len,
-            "sealed segment shorter than header and footer",
-        ));
-    }
     if len <= SMALL_FILE_BYTES {
+        // Also a file too short to hold a header and a footer: `parse` says what is wrong.
         let mut bytes = vec![0u8; len as usize];
         crate::io::read_exact_at(&*f, &mut bytes, 0).map_err(|e| LogError::io(path, "read", e))?;
         let (footer, table) = parse(path, segment, &bytes)?;
         return Ok(Opened {
-            map: FileBytes::Read(bytes.into_boxed_slice()),
+            bytes: FileBytes::Read(bytes.into_boxed_slice()),
             footer,
             table,
         });
@@ -406,7 +396,7 @@ fn open_file(fs: &dyn FileSystem, path: &Path, segment: u64) -> Result<Opened, L
     // after DONTNEED a read of the map faults the same bytes in again from the file.
     let _ = unsafe { map.unchecked_advise(memmap2::UncheckedAdvice::DontNeed) };
     Ok(Opened {
-        map: FileBytes::Mapped(map),
+        bytes: FileBytes::Mapped(map),
         footer,
         table,
     })
