@@ -1348,11 +1348,11 @@ impl Log {
     /// Bytes of sealed segment files this handle holds: the small ones it opened, read whole
     /// into memory (16 KiB at most each; a larger file's mapped pages are let go after its
     /// checks). For a caller that keeps many logs open within a memory budget.
-    pub fn sealed_map_bytes(&self) -> u64 {
+    pub fn small_sealed_bytes(&self) -> u64 {
         read_lock(&self.shared.segments)
             .values()
             .map(|e| match &e.seg {
-                Seg::Sealed(s) => s.resident_map_bytes(),
+                Seg::Sealed(s) => s.held_bytes(),
                 Seg::Active(_) => 0,
             })
             .sum()

@@ -116,7 +116,7 @@ impl SealedSegment {
     /// Bytes of this file held while it is open: the whole of a small file once opened (read
     /// into memory by the open; every reader reads it there), none of a larger one (its
     /// mapped pages are let go after the open's checks, and bulk readers `pread` it).
-    pub fn resident_map_bytes(&self) -> u64 {
+    pub fn held_bytes(&self) -> u64 {
         self.opened
             .get()
             .filter(|o| o.is_small())
@@ -128,7 +128,8 @@ impl SealedSegment {
         Ok(self.opened()?.logical_len())
     }
 
-    /// Checks and decompresses block `i` (`i` below `o.blocks()`), from the map.
+    /// Checks and decompresses block `i` (`i` below `o.blocks()`), from the file's bytes
+    /// (its map, or what its open read).
     pub fn decompress_block(&self, o: &Opened, i: u32) -> Result<Vec<u8>, LogError> {
         let e = o.table[i as usize];
         let bytes = &o.bytes[e.file_offset as usize..(e.file_offset + u64::from(e.len)) as usize];
@@ -368,7 +369,8 @@ thread_local! {
     static DECOMPRESSOR: RefCell<Option<zstd::bulk::Decompressor<'static>>> = const { RefCell::new(None) };
 }
 
-/// Opens, maps and checks header, footer and block table of a sealed file.
+/// Opens a sealed file, maps it (or reads it whole when small) and checks its header, footer
+/// and block table.
 fn open_file(fs: &dyn FileSystem, path: &Path, segment: u64) -> Result<Opened, LogError> {
     let f = fs
         .open_ro(path)

@@ -2,7 +2,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-use logbook_log::{Durability, ErrorKind, Location, Log, LogConfig, LogError, Record};
+use logbook_log::{Durability, ErrorKind, Location, Log, LogConfig, LogError, Record, Scan};
 use std::path::Path;
 
 fn tiny(durability: Durability) -> LogConfig {
@@ -35,12 +35,16 @@ fn sealed_log(d: &Path, durability: Durability, n: usize) -> Vec<Location> {
 }
 
 fn all(log: &Log) -> Vec<(Location, u8, Vec<u8>, bool)> {
-    log.scan(log.start())
-        .map(|r| {
-            let (l, rec, last) = r.expect("scan");
-            (l, rec.kind, rec.payload, last)
-        })
-        .collect()
+    records(log.scan(log.start()))
+}
+
+/// What `scan` yields, as `(location, kind, payload, is_last_of_its_batch)`.
+fn records(scan: Scan<'_>) -> Vec<(Location, u8, Vec<u8>, bool)> {
+    scan.map(|r| {
+        let (l, rec, last) = r.expect("scan");
+        (l, rec.kind, rec.payload, last)
+    })
+    .collect()
 }
 
 #[test]
@@ -655,13 +659,7 @@ fn a_short_scan_maps_nothing_and_reads_what_a_scan_reads() {
     }
     drop(log);
     let (log, _) = Log::open(&d, LogConfig::default()).unwrap();
-    let short: Vec<_> = log
-        .short_scan(log.start())
-        .map(|r| {
-            let (l, rec, last) = r.expect("short scan");
-            (l, rec.kind, rec.payload, last)
-        })
-        .collect();
+    let short = records(log.short_scan(log.start()));
     assert_eq!(short.len(), 20);
     assert!(!maps_under(&d), "a short scan mapped the active segment");
     // The same records as a scan, which maps the segment (so the check above can fail).

@@ -251,10 +251,10 @@ fn an_unsynced_new_segment_that_reads_as_zeros_is_a_torn_create() {
     assert!(Log::open(&d, cfg()).is_err());
 }
 
-/// A small sealed file, once read, stays mapped and is counted by `sealed_map_bytes`; a
+/// A small sealed file, once read, stays in memory and is counted by `small_sealed_bytes`; a
 /// larger one is read without keeping its pages and counts nothing.
 #[test]
-fn the_maps_of_small_sealed_files_are_counted() {
+fn the_bytes_of_small_sealed_files_are_counted() {
     let dir = tempfile::tempdir().unwrap();
     let sealed_of = |name: &str, records: usize| {
         let d = dir.path().join(name);
@@ -268,9 +268,9 @@ fn the_maps_of_small_sealed_files_are_counted() {
             .unwrap()
             .len();
         let (log, _) = Log::open(&d, cfg()).unwrap();
-        assert_eq!(log.sealed_map_bytes(), 0, "not opened before a read");
+        assert_eq!(log.small_sealed_bytes(), 0, "not opened before a read");
         assert_eq!(payloads(&log), want);
-        (log.sealed_map_bytes(), size)
+        (log.small_sealed_bytes(), size)
     };
     let (counted, size) = sealed_of("small", 4);
     assert!(size <= 16 << 10, "small: {size}");
