@@ -66,6 +66,7 @@ mod format;
 pub mod io;
 mod log;
 mod mark;
+mod pending;
 mod sealed;
 mod walk;
 

@@ -10,6 +10,7 @@ use crate::format::{
 };
 use crate::io::{read_exact_at, write_all_at, FileSystem, IoFile, RealFs};
 use crate::mark::GroupMark;
+use crate::pending::PendingSegment;
 use crate::sealed::{self, BlockHint, SealedSegment};
 use crate::walk::{judge_tail_at, walk, walk_at, Tail};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -383,17 +384,25 @@ impl ActiveSeg {
     /// Bytes `[from, to)` lent from the map, when there is one and they are in the file. None
     /// sends the caller to `read_at` (which also flushes bytes still in the writer's buffer).
     fn mapped(&self, from: u64, to: u64) -> Option<&[u8]> {
-        let map = self
-            .map
-            .get_or_init(|| {
-                let file_len = self.file.len().unwrap_or(0);
+        let map = match self.map.get() {
+            Some(map) => map,
+            None => {
+                // No map before the file holds the bytes asked for: a segment made by its
+                // first write (module `pending`) gives no map until then.
+                let file_len = self.file.len().ok()?;
                 self.in_file.fetch_max(file_len, Ordering::AcqRel);
-                self.file
-                    .map_ahead(file_len.max(self.map_len))
-                    .ok()
-                    .flatten()
-            })
-            .as_ref()?;
+                if to > file_len {
+                    return None;
+                }
+                self.map.get_or_init(|| {
+                    self.file
+                        .map_ahead(file_len.max(self.map_len))
+                        .ok()
+                        .flatten()
+                })
+            }
+        }
+        .as_ref()?;
         if to > map.len() as u64 {
             return None;
         }
@@ -1054,14 +1063,18 @@ impl Log {
             Some((f, p, len)) => (f, p, len, newest_tail.0, newest_tail.1, last),
             None => {
                 // The newest segment is sealed (by a roll a crash interrupted, or when the log
-                // was closed): start a fresh one after it. Unsynced, and with no zero region,
-                // so that an open to read costs no sync: until a record reaches it, losing it
-                // loses nothing (the next open makes it again, and an unsynced header that
-                // reads as zeros is a torn create), and the first commit syncs its name.
+                // was closed): a fresh one follows it, made by its first write (module
+                // `pending`), so that an open to read writes nothing. Unsynced, and with no
+                // zero region: until a record reaches it, losing it loses nothing (the next
+                // open makes it again, and an unsynced header that reads as zeros is a torn
+                // create), and the first commit syncs its name.
                 let n = last.checked_add(1).ok_or_else(|| {
                     LogError::corrupt(dir.join(sealed_name(last)), 0, "segment numbers exhausted")
                 })?;
-                let (f, p, file_end) = create_segment_unsynced(&*fs, dir, n, &[])?;
+                let p = dir.join(active_name(n));
+                let f: Arc<dyn IoFile> =
+                    Arc::new(PendingSegment::new(Arc::clone(&fs), p.clone(), n));
+                let file_end = HEADER_BYTES;
                 name_unsynced = true;
                 segments.insert(
                     n,

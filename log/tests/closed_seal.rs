@@ -218,6 +218,67 @@ fn the_segment_after_a_sealed_one_costs_no_sync_until_a_record_needs_it() {
 }
 
 #[test]
+fn an_open_to_read_makes_no_file_and_the_first_append_makes_the_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("l");
+    let log = Log::create(&d, cfg()).unwrap();
+    let mut want: Vec<Vec<u8>> = (0..20).map(|i| text(i, 2_000)).collect();
+    append_all(&log, &want);
+    log.seal_when_closed(1);
+    drop(log);
+    settle(&d);
+    let sealed_only = names(&d);
+    assert!(
+        sealed_only.iter().all(|n| !n.ends_with(".active")),
+        "{sealed_only:?}"
+    );
+
+    // A disk that makes no file (full, or read only) still reads the log, and the open
+    // and the reads write nothing.
+    let (fs, faults) = FaultyFs::new();
+    let fs = Arc::new(fs);
+    faults.arm_on(Op::Create, ".active", 0, Injected::NoSpace);
+    let (log, _) = Log::open_with_fs(&d, cfg(), fs.clone()).unwrap();
+    assert_eq!(payloads(&log), want);
+    assert_eq!(log.verify().unwrap().records, 20);
+    for op in [Op::Create, Op::Write, Op::SetLen, Op::Sync, Op::SyncDir] {
+        assert_eq!(faults.count(op), 0, "{op:?}");
+    }
+    // An append then fails as the disk makes it, and leaves no file behind.
+    let more = text(99, 100);
+    let e = log
+        .append(&[Record {
+            kind: 1,
+            payload: &more,
+        }])
+        .unwrap_err();
+    assert!(faults.all_fired());
+    assert!(e.to_string().contains("No space"), "{e}");
+    assert_eq!(payloads(&log), want);
+    drop(log);
+    // (The failed handle leaves its `unsynced` mark, for the next open to judge.)
+    let left: Vec<String> = names(&d).into_iter().filter(|n| n != "unsynced").collect();
+    assert_eq!(left, sealed_only);
+
+    // With room again, the first append makes the segment, and its records read back
+    // through this handle and after a reopen.
+    let (log, _) = Log::open(&d, cfg()).unwrap();
+    assert_eq!(names(&d), sealed_only);
+    append_all(&log, std::slice::from_ref(&more));
+    want.push(more);
+    assert_eq!(payloads(&log), want);
+    let made: Vec<String> = names(&d)
+        .into_iter()
+        .filter(|n| n.ends_with(".active"))
+        .collect();
+    assert_eq!(made.len(), 1, "{:?}", names(&d));
+    drop(log);
+    let (log, _) = Log::open(&d, cfg()).unwrap();
+    assert_eq!(payloads(&log), want);
+    assert_eq!(log.verify().unwrap().records, 21);
+}
+
+#[test]
 fn an_unsynced_new_segment_that_reads_as_zeros_is_a_torn_create() {
     // The open made segment 1 without syncs; a power loss kept its name and length but not
     // its header. Nothing was in it: the next open starts it again and loses nothing.
