@@ -1289,7 +1289,11 @@ impl Shared {
     ) -> Result<PathBuf, EngineError> {
         let staging = self.staging_of(id);
         crate::fsutil::remove_any(&staging)?;
-        Session::create_files_with(&staging, workspace, branch, self.log_config())?;
+        if let Err(e) = Session::create_files_with(&staging, workspace, branch, self.log_config()) {
+            // (A full disk, say.) Nothing names it: leave nothing behind.
+            let _ = crate::fsutil::remove_any(&staging);
+            return Err(e);
+        }
         Ok(staging)
     }
 
@@ -1565,7 +1569,8 @@ pub(crate) fn finish_forks_on_open(
             crate::fsutil::sync_dir(&sessions)?;
         }
     }
-    // Any staging directory left now belongs to a fork that never committed: never visible.
+    // Any staging directory left now belongs to a fork or creation that never committed, or
+    // one a committed creation can build again: never visible.
     // Looked for only after an unclean end (`scan`): listing `sessions/` costs O(Sessions).
     if !scan {
         return Ok(());
@@ -1604,7 +1609,9 @@ pub(crate) fn finish_forks_on_open(
                 shared.place(&e.path(), id)?;
                 continue;
             }
-        } else if !name.starts_with(FORK_STAGING_PREFIX) {
+        } else if !name.starts_with(FORK_STAGING_PREFIX) && !name.starts_with(STAGING_PREFIX) {
+            // (A creation's staging directory a crash left: a committed one is built again
+            // from its record on its Session's first use.)
             continue;
         }
         let p = e.path();

@@ -269,10 +269,10 @@ impl Root {
         });
         let registered = built.and_then(|(dir, spare)| {
             if let Err(e) = sh.append_session_record(&record, spare.as_deref()) {
-                if spare.is_some() {
-                    // Taken from the ready ones: nothing else would remove it.
-                    let _ = crate::fsutil::remove_any(&dir);
-                }
+                // Nothing else would remove it (a spare was taken from the ready ones). Should
+                // the record have reached the Root log after all, its Session's next use
+                // builds the directory again from it (`Shared::materialize`).
+                let _ = crate::fsutil::remove_any(&dir);
                 return Err(e);
             }
             crate::fsutil::pause_point(&sh.dir, "create-committed");

@@ -118,3 +118,50 @@ fn a_crash_before_the_rename_leaves_a_whole_session() {
     assert_eq!(event_kinds(&root, "s"), ["sessionCreated"]);
     assert!(!Path::new(&sessions.join(".staging-s")).exists());
 }
+
+/// A creation that fails to write its files (a full disk) answers `io` and leaves no
+/// directory behind: a host that retries while the disk is full does not fill `sessions/`
+/// with half-built ones. Once the disk has room, the same creation works.
+#[test]
+fn a_creation_that_cannot_write_leaves_nothing_behind() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (fs, faults) = FaultyFs::new();
+    let root = Root::open_or_init_with(
+        tmp.path(),
+        RootOptions {
+            log_fs: Some(Arc::new(fs)),
+            ..RootOptions::default()
+        },
+    )
+    .expect("root");
+    let sessions = tmp.path().join("sessions");
+    let listed = || -> Vec<String> {
+        let mut n: Vec<String> = std::fs::read_dir(&sessions)
+            .expect("sessions/")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .filter(|n| !n.starts_with(".spare-"))
+            .collect();
+        n.sort();
+        n
+    };
+    for attempt in 0..3 {
+        faults.arm_on(Op::Write, ".staging-", 0, Injected::NoSpace);
+        let e = root
+            .create_session(CreateSessionParams {
+                session_id: Some("a".into()),
+                workspace: None,
+                operation: format!("create-{attempt}"),
+            })
+            .expect_err("no room for the Session's files");
+        assert_eq!(e.kind(), ErrorKind::Io, "{e}");
+        assert!(faults.all_fired());
+        assert_eq!(listed(), Vec::<String>::new(), "attempt {attempt}");
+    }
+    assert!(root.sessions().expect("sessions").is_empty());
+    create(&root, "a");
+    try_send(&root, "a", "m1", "first").expect("send");
+    assert_eq!(listed(), ["a"]);
+    drop(root);
+    let root = root_at(tmp.path());
+    assert_eq!(event_kinds(&root, "a"), ["sessionCreated", "userMessage"]);
+}

@@ -148,9 +148,14 @@ fn after_an_unclean_end_spares_no_record_names_are_removed() {
         std::fs::create_dir_all(sessions.join(name).join("log")).expect("mkdir");
     }
     std::fs::rename(sessions.join("taken"), sessions.join(&taken)).expect("unplace");
+    // And the staging directory of a creation that never committed.
+    let staging = sessions.join(".staging-s-never").join("log");
+    std::fs::create_dir_all(&staging).expect("mkdir");
+    std::fs::write(staging.join("00000000000000000000.active"), b"").expect("torn");
     std::fs::remove_file(dir.join("catalog.snap")).expect("an unclean end");
     let root = root_at(dir);
     assert!(spares(dir).is_empty(), "{:?}", spares(dir));
+    assert!(!sessions.join(".staging-s-never").exists());
     assert_eq!(
         event_kinds(&root, "taken"),
         ["sessionCreated", "userMessage"]
