@@ -10,7 +10,9 @@
 //! assistant `modelCompletion`s, one append per run of 256 events, no fsync), the Root is
 //! closed and reopened, and then the first `searchRoot` after the restart is timed once.
 //! `LOGBOOK_SEARCH_FTS5=0` skips the FTS5 peer; `LOGBOOK_SEARCH_ROOT_KEEP=1` keeps each Root
-//! made (its folder is printed), to look at its files.
+//! made (its folder is printed), to look at its files. `LOGBOOK_OPEN_SESSIONS_MAX=N` sets the
+//! Root's open-Session cache to N Sessions (default: from the descriptor limit, at most
+//! 1,024), to see what a search gains when every Session it visits stays open.
 //!
 //! Run: `cargo bench -p logbook-benches --bench search_root -- --warm-up-time 1 --measurement-time 3`
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -107,9 +109,15 @@ fn events(rows: &[&Row]) -> Vec<Event> {
 }
 
 fn options() -> RootOptions {
+    let defaults = RootOptions::default();
     RootOptions {
         durability: Durability::NoSyncBulkImport,
-        ..RootOptions::default()
+        open_sessions_max: std::env::var("LOGBOOK_OPEN_SESSIONS_MAX")
+            .ok()
+            .map_or(defaults.open_sessions_max, |v| {
+                v.parse().expect("LOGBOOK_OPEN_SESSIONS_MAX is a number")
+            }),
+        ..defaults
     }
 }
 
