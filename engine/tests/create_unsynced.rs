@@ -9,18 +9,24 @@ use logbook_log::io::{FaultyFs, Injected, Op};
 use std::path::Path;
 use std::sync::Arc;
 
-#[test]
-fn a_creation_syncs_no_session_file_and_the_first_commit_syncs_its_names() {
-    let tmp = tempfile::tempdir().expect("tmp");
+/// A Root at `dir` whose Session logs go through a [`FaultyFs`], and its faults.
+fn root_on_faulty_fs(dir: &Path) -> (Root, logbook_log::io::Faults) {
     let (fs, faults) = FaultyFs::new();
     let root = Root::open_or_init_with(
-        tmp.path(),
+        dir,
         RootOptions {
             log_fs: Some(Arc::new(fs)),
             ..RootOptions::default()
         },
     )
     .expect("root");
+    (root, faults)
+}
+
+#[test]
+fn a_creation_syncs_no_session_file_and_the_first_commit_syncs_its_names() {
+    let tmp = tempfile::tempdir().expect("tmp");
+    let (root, faults) = root_on_faulty_fs(tmp.path());
     let counts = || (faults.count(Op::Sync), faults.count(Op::SyncDir));
     let before = counts();
     create(&root, "a");
@@ -125,15 +131,7 @@ fn a_crash_before_the_rename_leaves_a_whole_session() {
 #[test]
 fn a_creation_that_cannot_write_leaves_nothing_behind() {
     let tmp = tempfile::tempdir().expect("tmp");
-    let (fs, faults) = FaultyFs::new();
-    let root = Root::open_or_init_with(
-        tmp.path(),
-        RootOptions {
-            log_fs: Some(Arc::new(fs)),
-            ..RootOptions::default()
-        },
-    )
-    .expect("root");
+    let (root, faults) = root_on_faulty_fs(tmp.path());
     let sessions = tmp.path().join("sessions");
     let listed = || -> Vec<String> {
         let mut n: Vec<String> = std::fs::read_dir(&sessions)
@@ -144,7 +142,17 @@ fn a_creation_that_cannot_write_leaves_nothing_behind() {
         n.sort();
         n
     };
+    // The first creation of a fresh Root finds no spare and builds its directory; later ones
+    // take a spare (ready once the maker has run), whose failed write sends them to build
+    // one too.
     for attempt in 0..3 {
+        if attempt == 1 {
+            create(&root, "warm");
+        }
+        if attempt > 0 {
+            root.settle_spares();
+            faults.arm_on(Op::Write, ".spare-", 0, Injected::NoSpace);
+        }
         faults.arm_on(Op::Write, ".staging-", 0, Injected::NoSpace);
         let e = root
             .create_session(CreateSessionParams {
@@ -154,13 +162,20 @@ fn a_creation_that_cannot_write_leaves_nothing_behind() {
             })
             .expect_err("no room for the Session's files");
         assert_eq!(e.kind(), ErrorKind::Io, "{e}");
-        assert!(faults.all_fired());
-        assert_eq!(listed(), Vec::<String>::new(), "attempt {attempt}");
+        assert!(faults.all_fired(), "attempt {attempt}");
+        let made: &[&str] = if attempt == 0 { &[] } else { &["warm"] };
+        assert_eq!(listed(), made, "attempt {attempt}");
     }
-    assert!(root.sessions().expect("sessions").is_empty());
+    let ids: Vec<String> = root
+        .sessions()
+        .expect("sessions")
+        .into_iter()
+        .map(|s| s.session_id)
+        .collect();
+    assert_eq!(ids, ["warm"]);
     create(&root, "a");
     try_send(&root, "a", "m1", "first").expect("send");
-    assert_eq!(listed(), ["a"]);
+    assert_eq!(listed(), ["a", "warm"]);
     drop(root);
     let root = root_at(tmp.path());
     assert_eq!(event_kinds(&root, "a"), ["sessionCreated", "userMessage"]);

@@ -62,6 +62,18 @@ fn settle(d: &Path) {
     settle_closed_seals(d, Duration::from_secs(60));
 }
 
+/// A log at `d` holding `records` records of 2,000 bytes, closed and sealed (its seal
+/// settled); returns the records' payloads.
+fn closed_sealed(d: &Path, records: usize) -> Vec<Vec<u8>> {
+    let log = Log::create(d, cfg()).unwrap();
+    let want: Vec<Vec<u8>> = (0..records).map(|i| text(i, 2_000)).collect();
+    append_all(&log, &want);
+    log.seal_when_closed(1);
+    drop(log);
+    settle(d);
+    want
+}
+
 #[test]
 fn a_closed_log_is_sealed_and_reopens_into_a_new_segment() {
     let dir = tempfile::tempdir().unwrap();
@@ -191,12 +203,7 @@ fn a_failed_closed_seal_leaves_the_log_as_it_was_closed() {
 fn the_segment_after_a_sealed_one_costs_no_sync_until_a_record_needs_it() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().join("l");
-    let log = Log::create(&d, cfg()).unwrap();
-    let mut want: Vec<Vec<u8>> = (0..20).map(|i| text(i, 2_000)).collect();
-    append_all(&log, &want);
-    log.seal_when_closed(1);
-    drop(log);
-    settle(&d);
+    let mut want = closed_sealed(&d, 20);
 
     // An open to read: no fdatasync, no directory fsync.
     let (fs, faults) = FaultyFs::new();
@@ -221,12 +228,7 @@ fn the_segment_after_a_sealed_one_costs_no_sync_until_a_record_needs_it() {
 fn an_open_to_read_makes_no_file_and_the_first_append_makes_the_segment() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().join("l");
-    let log = Log::create(&d, cfg()).unwrap();
-    let mut want: Vec<Vec<u8>> = (0..20).map(|i| text(i, 2_000)).collect();
-    append_all(&log, &want);
-    log.seal_when_closed(1);
-    drop(log);
-    settle(&d);
+    let mut want = closed_sealed(&d, 20);
     let sealed_only = names(&d);
     assert!(
         sealed_only.iter().all(|n| !n.ends_with(".active")),
@@ -280,17 +282,12 @@ fn an_open_to_read_makes_no_file_and_the_first_append_makes_the_segment() {
 
 #[test]
 fn an_unsynced_new_segment_that_reads_as_zeros_is_a_torn_create() {
-    // The open made segment 1 without syncs; a power loss kept its name and length but not
-    // its header. Nothing was in it: the next open starts it again and loses nothing.
+    // A first write made segment 1 without syncs; a power loss kept its name and length but
+    // not its header. Nothing was in it: the next open starts it again and loses nothing.
     for len in [0usize, 12, 32, 4096] {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path().join("l");
-        let log = Log::create(&d, cfg()).unwrap();
-        let want: Vec<Vec<u8>> = (0..20).map(|i| text(i, 2_000)).collect();
-        append_all(&log, &want);
-        log.seal_when_closed(1);
-        drop(log);
-        settle(&d);
+        let want = closed_sealed(&d, 20);
         drop(Log::open(&d, cfg()).unwrap());
         let seg1 = d.join("00000000000000000001.active");
         std::fs::write(&seg1, vec![0u8; len]).unwrap();
@@ -319,12 +316,7 @@ fn the_bytes_of_small_sealed_files_are_counted() {
     let dir = tempfile::tempdir().unwrap();
     let sealed_of = |name: &str, records: usize| {
         let d = dir.path().join(name);
-        let log = Log::create(&d, cfg()).unwrap();
-        let want: Vec<Vec<u8>> = (0..records).map(|i| text(i, 2_000)).collect();
-        append_all(&log, &want);
-        log.seal_when_closed(1);
-        drop(log);
-        settle(&d);
+        let want = closed_sealed(&d, records);
         let size = std::fs::metadata(d.join("00000000000000000000.sealed"))
             .unwrap()
             .len();
