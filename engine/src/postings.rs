@@ -35,6 +35,7 @@ use logbook_index::{fold_into, PostingsBatch, PostingsBuilder, PostingsFile};
 use logbook_log::{Location, Log};
 use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock, RwLockReadGuard};
 
 /// What the search index reads of its Session. `crate::session::Session` implements it: the
@@ -177,6 +178,11 @@ struct Base {
 }
 
 impl Tail {
+    /// Heap bytes of the builder and bytes of the saved-tail file it reads.
+    fn resident_bytes(&self) -> u64 {
+        self.builder.memory_bytes() as u64 + self.base.as_ref().map_or(0, |b| b.file.byte_len())
+    }
+
     /// True when the tail holds fewer than `pairs_max` (trigram, doc) pairs, all in memory.
     pub(crate) fn is_small(&self, pairs_max: u64) -> bool {
         self.base.is_none() && self.builder.pair_count() < pairs_max
@@ -314,6 +320,8 @@ pub(crate) struct Shared {
     /// keeps what it builds in memory, never writing or removing a file.
     read_only: bool,
     tail: RwLock<Option<Tail>>,
+    /// The tail's bytes as last counted by [`Shared::resident_bytes`].
+    tail_bytes: AtomicU64,
     sealed: Arc<Mutex<SealedMap>>,
     /// Finished segments' postings files queued or being written (see [`Shared::roll`]).
     writes: Arc<Pending>,
@@ -543,6 +551,7 @@ impl SearchIndex {
                 dir: session_dir.join(SEARCH_DIR),
                 read_only,
                 tail: RwLock::new(None),
+                tail_bytes: AtomicU64::new(0),
                 sealed: Arc::new(Mutex::new(HashMap::new())),
                 writes: Arc::default(),
                 queue: Mutex::new(Queue::default()),
@@ -956,16 +965,28 @@ fn with_covering_tail<S: IndexedSession>(
 }
 
 impl Shared {
-    /// Bytes of the finished segments' postings files loaded (mapped): what lookups may keep
-    /// resident while the Session is open (see `Session::resident_bytes`).
-    pub(crate) fn mapped_bytes(&self) -> u64 {
-        lock_sealed(&self.sealed)
+    /// Bytes the index holds while the Session is open (see `Session::resident_bytes`): the
+    /// finished segments' postings, loaded files (what lookups may keep resident) and
+    /// builders not yet written, and the tail's builder and saved-tail file. The tail is
+    /// counted when its lock is free, else as last counted: a sum over open Sessions never
+    /// waits for an append's indexing.
+    pub(crate) fn resident_bytes(&self) -> u64 {
+        let sealed: u64 = lock_sealed(&self.sealed)
             .values()
             .map(|s| match &s.postings {
                 SealedPostings::File(f) => f.byte_len(),
-                SealedPostings::Memory(_) => 0,
+                SealedPostings::Memory(b) => b.memory_bytes() as u64,
             })
-            .sum()
+            .sum();
+        let tail = match self.tail.try_read() {
+            Ok(t) => {
+                let bytes = t.as_ref().map_or(0, Tail::resident_bytes);
+                self.tail_bytes.store(bytes, Ordering::Relaxed);
+                bytes
+            }
+            Err(_) => self.tail_bytes.load(Ordering::Relaxed),
+        };
+        sealed + tail
     }
 
     /// Path of the postings file of `segment`, whose first row is `first_row`: the name binds

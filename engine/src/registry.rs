@@ -107,13 +107,17 @@ pub const OPEN_SESSIONS_MIN: usize = 4;
 /// the Sessions a search visits reopens each of them on every pass.
 pub const OPEN_SESSIONS_MAX: usize = 1024;
 
-/// Bytes the open Sessions together may hold in memory (event caches and mapped indexes,
-/// see `Session::resident_bytes`) before opening one more closes idle ones.
+/// Bytes the open Sessions together may hold in memory (event caches, mapped indexes, search
+/// tails and postings, see `Session::resident_bytes`) before opening one more closes idle ones.
 pub const OPEN_SESSIONS_BYTES_MAX: u64 = 256 << 20;
 
 /// Times one call gives idle Sessions back and tries again after running out of file
 /// descriptors, before it answers `io`.
 pub const DESCRIPTOR_RETRIES_MAX: u32 = 8;
+
+/// Use stamps below this are those of Sessions a scan opened (see
+/// [`Shared::session_for_scan`]); a use stamps from here up.
+const SCAN_STAMPS: u64 = 1 << 62;
 
 /// A full open-Session cache closes `1 + max / EVICTION_BATCH_DIVISOR` idle Sessions at a
 /// time (64 of 1,024), so the least recently used are found once per batch, not per open.
@@ -296,8 +300,13 @@ pub(crate) struct Shared {
     /// The open Sessions: a cache, not a set (see [`Shared::make_room`]). Each is also in its
     /// registry entry's slot; the slot lock is taken before this one, never after.
     pub(crate) opened: Mutex<Vec<Open>>,
-    /// Counts Session uses, for the cache's least-recently-used order.
+    /// Counts Session uses, for the cache's least-recently-used order. Starts at
+    /// [`SCAN_STAMPS`]: the stamps below it are a scan's (see [`Shared::session_for_scan`]).
     uses: AtomicU64,
+    /// Counts Sessions opened by a scan; each takes stamp `SCAN_STAMPS - 1 - n`.
+    scan_opens: AtomicU64,
+    /// Counts Sessions opened (not found open), for tests of the cache.
+    pub(crate) opens: AtomicU64,
     /// Most Sessions kept open: [`RootOptions::open_sessions_max`], lowered when the process
     /// ran out of descriptors with fewer open.
     open_max: AtomicUsize,
@@ -726,7 +735,9 @@ impl Shared {
             registry: Mutex::new(registry),
             extras,
             opened: Mutex::new(Vec::new()),
-            uses: AtomicU64::new(0),
+            uses: AtomicU64::new(SCAN_STAMPS),
+            scan_opens: AtomicU64::new(0),
+            opens: AtomicU64::new(0),
             open_max: AtomicUsize::new(open_max),
             resident: AtomicU64::new(0),
             opens_since_resident: AtomicUsize::new(0),
@@ -891,10 +902,24 @@ impl Shared {
     /// (listings show it) until an open succeeds. A reader that does not know `id` looks at
     /// the Root log once more first.
     pub(crate) fn session(&self, id: &str) -> Result<Arc<Session>, EngineError> {
+        self.session_as(id, false)
+    }
+
+    /// [`Shared::session`] for a pass over many Sessions (a Root-wide search): a Session it
+    /// has to open enters the cache as the first to close, the one it opened last before
+    /// the ones it opened earlier. So a pass over more Sessions than the cache holds does
+    /// not push out the Sessions a host is using, and repeated passes find the Sessions the
+    /// cache kept from the first one open (with least-recently-used order alone a cyclic
+    /// pass finds none). A Session already open is touched as by any use.
+    pub(crate) fn session_for_scan(&self, id: &str) -> Result<Arc<Session>, EngineError> {
+        self.session_as(id, true)
+    }
+
+    fn session_as(&self, id: &str, scan: bool) -> Result<Arc<Session>, EngineError> {
         if self.options.read_only && !lock(&self.registry).sessions.contains_key(id) {
             self.refresh_registry()?;
         }
-        let opened = self.with_descriptors(|| self.session_once(id));
+        let opened = self.with_descriptors(|| self.session_once(id, scan));
         // Only a failure costs a registry lookup here; a successful open clears the mark
         // where it opens (`session_once`), so requests on an open Session pay nothing.
         if let Err(e) = &opened {
@@ -1028,7 +1053,7 @@ impl Shared {
         Some(s)
     }
 
-    fn session_once(&self, id: &str) -> Result<Arc<Session>, EngineError> {
+    fn session_once(&self, id: &str, scan: bool) -> Result<Arc<Session>, EngineError> {
         let (slot, layered, plain, imported, summary, spare) = {
             let reg = lock(&self.registry);
             let e = reg
@@ -1176,7 +1201,13 @@ impl Shared {
             self.options.progress.notice(&c.to_string());
             lock(&self.cuts).push(c.clone());
         }
-        s.touch(self.uses.fetch_add(1, Ordering::Relaxed));
+        let stamp = if scan {
+            SCAN_STAMPS - 1 - self.scan_opens.fetch_add(1, Ordering::Relaxed) % SCAN_STAMPS
+        } else {
+            self.uses.fetch_add(1, Ordering::Relaxed)
+        };
+        s.touch(stamp);
+        self.opens.fetch_add(1, Ordering::Relaxed);
         *guard = Some(Arc::clone(&s));
         let open = {
             let mut opened = lock(&self.opened);

@@ -197,6 +197,19 @@ impl Root {
         lock(&self.shared.opened).len()
     }
 
+    /// How many times a Session was opened (not found open) since the Root was opened (for
+    /// tests of the open-Session cache).
+    #[doc(hidden)]
+    pub fn sessions_opened(&self) -> u64 {
+        self.shared.opens.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether Session `id` is open now (for tests of the open-Session cache).
+    #[doc(hidden)]
+    pub fn session_is_open(&self, id: &str) -> bool {
+        self.shared.is_open(id)
+    }
+
     pub fn create_session(
         &self,
         p: CreateSessionParams,

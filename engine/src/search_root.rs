@@ -439,7 +439,7 @@ pub(crate) fn search_root(
             break;
         }
         opens += usize::from(opening);
-        let session = match sh.with_descriptors(|| sh.session(&s.id)) {
+        let session = match sh.with_descriptors(|| sh.session_for_scan(&s.id)) {
             Ok(session) => session,
             Err(e) if named => return Err(e),
             // Damaged: the listing shows it; the search goes on without it.

@@ -1278,13 +1278,13 @@ impl Session {
     }
 
     /// Roughly the memory this open Session holds: decoded events in its cache, the mapped
-    /// bytes of its three fixed-width indexes, of its loaded search postings files (a
-    /// search's lookups keep their pages resident while the Session is open), and its small
-    /// sealed log files (read whole into memory by their open). The search tail is bounded by the segment
-    /// size, log blocks by the Root's block cache.
+    /// bytes of its three fixed-width indexes, its search index's (loaded postings files,
+    /// whose pages a search's lookups keep resident while the Session is open, postings not
+    /// yet written, and its search tail), and its small sealed log files (read whole into
+    /// memory by their open). Log blocks are the Root's block cache's.
     pub(crate) fn resident_bytes(&self) -> u64 {
         let cached = lock_cache(&self.cache).bytes as u64;
-        let postings = self.search.mapped_bytes();
+        let postings = self.search.resident_bytes();
         let sealed = self.log.small_sealed_bytes();
         let inner = self.read();
         let mapped = inner.seq.len() * u64::from(SEQ_ENTRY_BYTES)

@@ -282,3 +282,70 @@ fn a_mark_left_by_a_writer_that_died_goes_with_the_next_clean_close() {
         "everything was synced at the open: the close removes it"
     );
 }
+
+/// Every page of a Root-wide search of `query`.
+fn search_all(root: &Root, query: &str) -> usize {
+    let (mut hits, mut after) = (0, None);
+    loop {
+        let page = root
+            .search_root(SearchRootParams {
+                query: query.into(),
+                case_sensitive: None,
+                whole_word: None,
+                scope: None,
+                after: after.take(),
+                limit: Some(1024),
+            })
+            .unwrap();
+        hits += page.hits.len();
+        match page.next_after {
+            Some(a) => after = Some(a),
+            None => return hits,
+        }
+    }
+}
+
+/// A Root-wide search over more Sessions than the cache holds keeps the Sessions in use open
+/// (it does not push them out), and a second pass finds open part of what the first one
+/// opened: Sessions a scan opens go first, the last opened first. With least-recently-used
+/// order alone both fail: the Sessions in use (the newest, so visited first) are closed by
+/// the opens after them, and a cyclic pass over more Sessions than the cache holds finds
+/// none of them open.
+#[test]
+fn a_root_wide_search_keeps_the_sessions_in_use_and_a_stable_part_of_the_rest() {
+    let _turn = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    const OPEN_MAX: usize = 16;
+    const SESSIONS: usize = 80;
+    {
+        let root = Root::open_or_init_with(dir.path(), options(OPEN_MAX)).unwrap();
+        for i in 0..SESSIONS {
+            let sid = create(&root, &format!("s{i}"));
+            send(&root, &sid, "op-1", &format!("needle in {i}"));
+        }
+    }
+    let root = Root::open_with(dir.path(), options(OPEN_MAX)).unwrap();
+    // The newest Sessions, visited first by the search.
+    let in_use = ["s79", "s78", "s77", "s76"];
+    for sid in in_use {
+        bodies(&root, sid);
+        assert!(root.session_is_open(sid));
+    }
+    assert_eq!(search_all(&root, "needle"), SESSIONS);
+    for sid in in_use {
+        assert!(root.session_is_open(sid), "{sid} was closed by the search");
+    }
+    let before = root.sessions_opened();
+    assert_eq!(search_all(&root, "needle"), SESSIONS);
+    let opened = root.sessions_opened() - before;
+    assert!(
+        opened as usize <= SESSIONS - OPEN_MAX / 2,
+        "the second pass opened {opened} of {SESSIONS} Sessions"
+    );
+    for sid in in_use {
+        assert!(
+            root.session_is_open(sid),
+            "{sid} was closed by the second search"
+        );
+    }
+}

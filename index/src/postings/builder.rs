@@ -75,23 +75,101 @@ impl Staging {
 /// One doc list: gaps as varints (first doc, then doc - previous - 1).
 #[derive(Debug, Default)]
 struct List {
-    bytes: Vec<u8>,
+    bytes: ListBytes,
     last: u32,
     count: u32,
 }
 
+/// Bytes a list keeps in place before it moves them to the heap: in a small Session most
+/// trigrams are in a few rows, so most lists never allocate (an allocation per trigram was
+/// about a third of a small tail's memory and most of its build and drop time).
+const INLINE_BYTES: usize = 15;
+
+/// A list's varints: in place while they fit in [`INLINE_BYTES`], on the heap after.
+#[derive(Debug)]
+enum ListBytes {
+    Inline { len: u8, buf: [u8; INLINE_BYTES] },
+    Heap(Vec<u8>),
+}
+
+impl Default for ListBytes {
+    fn default() -> Self {
+        ListBytes::Inline {
+            len: 0,
+            buf: [0; INLINE_BYTES],
+        }
+    }
+}
+
+impl ListBytes {
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            ListBytes::Inline { len, buf } => &buf[..usize::from(*len)],
+            ListBytes::Heap(v) => v,
+        }
+    }
+
+    /// Heap bytes held (none in place).
+    #[cfg(test)]
+    fn heap_bytes(&self) -> usize {
+        match self {
+            ListBytes::Inline { .. } => 0,
+            ListBytes::Heap(v) => v.capacity(),
+        }
+    }
+
+    /// Appends varint `v`; returns the heap bytes this took (capacity newly allocated).
+    fn put_varint(&mut self, v: u32) -> usize {
+        let mut grown = 0;
+        if let ListBytes::Inline { len, buf } = self {
+            let mut tmp = [0u8; 5];
+            let n = encode_varint(&mut tmp, v);
+            let at = usize::from(*len);
+            if at + n <= INLINE_BYTES {
+                buf[at..at + n].copy_from_slice(&tmp[..n]);
+                *len += n as u8;
+                return 0;
+            }
+            let mut heap = Vec::with_capacity(INLINE_BYTES * 2);
+            heap.extend_from_slice(&buf[..at]);
+            grown = heap.capacity();
+            *self = ListBytes::Heap(heap);
+        }
+        if let ListBytes::Heap(heap) = self {
+            let before = heap.capacity();
+            put_varint(heap, v);
+            grown += heap.capacity() - before;
+        }
+        grown
+    }
+}
+
+/// Writes `v` as a varint at the start of `out`; returns its length.
+fn encode_varint(out: &mut [u8; 5], mut v: u32) -> usize {
+    let mut n = 0;
+    while v >= 0x80 {
+        out[n] = (v as u8) | 0x80;
+        v >>= 7;
+        n += 1;
+    }
+    out[n] = v as u8;
+    n + 1
+}
+
 impl List {
-    fn push(&mut self, doc: u32) {
-        if self.count == 0 {
-            put_varint(&mut self.bytes, doc);
+    /// Adds `doc`; returns the heap bytes this took.
+    fn push(&mut self, doc: u32) -> usize {
+        let grown = if self.count == 0 {
+            self.bytes.put_varint(doc)
         } else if doc == self.last {
-            return;
+            return 0;
         } else {
             debug_assert!(doc > self.last, "docs are added in increasing order");
-            put_varint(&mut self.bytes, doc - self.last - 1);
-        }
+            self.bytes.put_varint(doc - self.last - 1)
+        };
         self.last = doc;
         self.count += 1;
+        grown
     }
 
     /// Decodes the whole list into `out` (cleared first).
@@ -126,8 +204,8 @@ impl<'a> ListCursor<'a> {
         if self.seen == self.list.count {
             return None;
         }
-        let (v, used) =
-            get_varint(&self.list.bytes[self.at..]).expect("the builder wrote this varint");
+        let (v, used) = get_varint(&self.list.bytes.as_slice()[self.at..])
+            .expect("the builder wrote this varint");
         self.at += used;
         self.doc = if self.seen == 0 { v } else { self.doc + v + 1 };
         self.seen += 1;
@@ -169,6 +247,8 @@ pub struct PostingsBuilder {
     lists: Vec<(u32, List)>,
     all_docs: List,
     pairs: u64,
+    /// Heap bytes the lists' varints took (those past [`INLINE_BYTES`]).
+    spilled: usize,
 }
 
 /// Pairs a batch collects before it files them (2 MiB of pairs, plus as much scratch).
@@ -277,7 +357,7 @@ impl PostingsBuilder {
             "PostingsBuilder::add: doc {doc} after doc {}: docs must be added in increasing order",
             self.all_docs.last
         );
-        self.all_docs.push(doc);
+        self.spilled += self.all_docs.push(doc);
         let staged =
             SEEN.try_with(|cell| stage_trigrams(&mut cell.borrow_mut(), doc, folded_text, pending));
         if staged.is_err() {
@@ -310,17 +390,19 @@ impl PostingsBuilder {
         }
         // 2. File the pairs.
         let mut pairs = 0u64;
+        let mut spilled = 0;
         let mut at = 0;
         for &(i, n) in runs.iter() {
             let list = &mut self.lists[i as usize].1;
             let before = list.count;
             for &p in &pending[at..at + n as usize] {
-                list.push(p as u32);
+                spilled += list.push(p as u32);
             }
             at += n as usize;
             pairs += u64::from(list.count - before);
         }
         self.pairs += pairs;
+        self.spilled += spilled;
         pending.clear();
     }
 
@@ -346,15 +428,12 @@ impl PostingsBuilder {
         self.pairs
     }
 
-    /// Approximate heap bytes held by the lists.
+    /// Approximate heap bytes held by the lists (constant time: what a cache of open
+    /// Sessions counts often).
     pub fn memory_bytes(&self) -> usize {
-        self.lists
-            .iter()
-            .map(|(_, l)| l.bytes.capacity())
-            .sum::<usize>()
+        self.spilled
             + self.lists.capacity() * std::mem::size_of::<(u32, List)>()
             + self.slots.capacity() * std::mem::size_of::<(u32, u32)>()
-            + self.all_docs.bytes.capacity()
     }
 
     /// Docs `>= from_doc` holding ALL `trigrams`, ascending, at most `limit`.
@@ -402,6 +481,7 @@ impl PostingsBuilder {
         let mut b = PostingsBuilder::new();
         let mut current: Option<(u32, List)> = None;
         let mut pairs = 0u64;
+        let mut spilled = 0;
         file.walk(|key, doc| {
             if current.as_ref().is_none_or(|(k, _)| *k != key) {
                 if let Some((k, list)) = current.take() {
@@ -409,12 +489,13 @@ impl PostingsBuilder {
                 }
                 current = Some((key, List::default()));
             }
-            current.as_mut().expect("set above").1.push(doc);
+            spilled += current.as_mut().expect("set above").1.push(doc);
         })?;
         if let Some((k, list)) = current {
             b.insert_list(k, list, &mut pairs);
         }
         b.pairs = pairs;
+        b.spilled = spilled;
         Ok(b)
     }
 
@@ -432,14 +513,14 @@ impl PostingsBuilder {
             self.all_docs.last
         );
         for &d in &docs {
-            self.all_docs.push(d);
+            self.spilled += self.all_docs.push(d);
         }
         for (key, list) in &later.lists {
             list.docs_into(&mut docs);
             let i = slot_of(&mut self.slots, &mut self.lists, *key);
             let into = &mut self.lists[i as usize].1;
             for &d in &docs {
-                into.push(d);
+                self.spilled += into.push(d);
             }
         }
         self.pairs += later.pairs;
@@ -463,8 +544,12 @@ impl PostingsBuilder {
             .collect();
         order.sort_unstable();
         // Bit-packed blocks come out smaller than the in-memory varints.
-        let estimate = self.lists.iter().map(|(_, l)| l.bytes.len()).sum::<usize>()
-            + self.all_docs.bytes.len();
+        let estimate = self
+            .lists
+            .iter()
+            .map(|(_, l)| l.bytes.as_slice().len())
+            .sum::<usize>()
+            + self.all_docs.bytes.as_slice().len();
         let mut writer = file::Writer::with_capacity(estimate, order.len() + 1);
         let mut docs = Vec::new();
         for (k, i) in order {
@@ -509,5 +594,60 @@ fn stage_trigrams(seen: &mut Vec<u64>, doc: u32, folded_text: &[u8], pending: &m
     });
     for &p in &pending[start..] {
         seen[(p >> 38) as usize] = 0;
+    }
+}
+
+#[cfg(test)]
+mod list_tests {
+    use super::*;
+
+    #[test]
+    fn a_list_is_no_larger_in_place_than_with_a_vec() {
+        // The slot table's entries stay 40 bytes: the in-place bytes take the Vec's room.
+        assert_eq!(std::mem::size_of::<(u32, List)>(), 40);
+    }
+
+    #[test]
+    fn lists_past_the_inline_bytes_move_to_the_heap_unchanged() {
+        for n in [0u32, 1, 5, 7, 8, 9, 21, 200] {
+            let mut l = List::default();
+            let docs: Vec<u32> = (0..n).map(|i| i * 300 + (i % 3)).collect();
+            for &d in &docs {
+                l.push(d);
+                l.push(d); // a doc added twice is kept once
+            }
+            let mut back = Vec::new();
+            l.docs_into(&mut back);
+            assert_eq!(back, docs, "{n} docs");
+            let mut plain = Vec::new();
+            let mut last = 0;
+            for (i, &d) in docs.iter().enumerate() {
+                put_varint(&mut plain, if i == 0 { d } else { d - last - 1 });
+                last = d;
+            }
+            assert_eq!(l.bytes.as_slice(), plain.as_slice(), "{n} docs");
+            assert_eq!(
+                l.bytes.heap_bytes() > 0,
+                plain.len() > INLINE_BYTES,
+                "{n} docs"
+            );
+        }
+    }
+
+    #[test]
+    fn the_counted_heap_bytes_are_the_lists_capacities() {
+        let mut b = PostingsBuilder::default();
+        for doc in 0..500u32 {
+            let text = format!("row {doc} {} common words", "x".repeat(doc as usize % 7));
+            b.add(doc, text.as_bytes());
+        }
+        let held: usize = b
+            .lists
+            .iter()
+            .map(|(_, l)| l.bytes.heap_bytes())
+            .sum::<usize>()
+            + b.all_docs.bytes.heap_bytes();
+        assert!(held > 0, "some lists spilled");
+        assert_eq!(b.spilled, held);
     }
 }
