@@ -370,6 +370,32 @@ const INDEX_FLUSH_ENTRIES: u64 = 1 << 16;
 /// one streams. Four 64 KiB sealed blocks: a small Session's whole log.
 const REPLAY_CACHED_BYTES_MAX: u64 = 256 << 10;
 
+/// Bytes of records in `log` from `from` to its end, counted until they pass `most` (then
+/// some number past it). Segments before the newest count their length, not the segment
+/// size: a small Session sealed at close has its records in segment 0 and its end at the
+/// start of segment 1, and its replay is as short as its records.
+fn replay_bytes(log: &Log, from: Location, most: u64) -> Result<u64, EngineError> {
+    let end = log.end();
+    let mut bytes = 0u64;
+    for segment in from.segment..=end.segment {
+        let first = if segment == from.segment {
+            from.offset
+        } else {
+            logbook_log::SEGMENT_HEADER_BYTES
+        };
+        let last = if segment == end.segment {
+            end.offset
+        } else {
+            log.segment_end(segment)?
+        };
+        bytes = bytes.saturating_add(last.saturating_sub(first));
+        if bytes > most {
+            break;
+        }
+    }
+    Ok(bytes)
+}
+
 impl IndexBuilder {
     /// Empty indexes in `dir` (the Session's directory), whose log is `dir/log`.
     pub(crate) fn create(dir: &Path) -> Result<IndexBuilder, EngineError> {
@@ -1067,7 +1093,12 @@ impl Session {
         // (a small Session opened by a search, a read or its first append) leaves its blocks
         // in the cache, the first to go, so the reads that follow it (the search tail's rows,
         // a page's rows) do not decompress them again; it maps nothing (`Log::short_scan`).
-        let short = pos(end).saturating_sub(origin) <= REPLAY_CACHED_BYTES_MAX;
+        let short = match start {
+            Some(s) => {
+                replay_bytes(&self.log, s, REPLAY_CACHED_BYTES_MAX)? <= REPLAY_CACHED_BYTES_MAX
+            }
+            None => true,
+        };
         let scan = start.map(|s| {
             if short {
                 self.log.short_scan(s)

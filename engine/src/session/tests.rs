@@ -132,3 +132,41 @@ fn a_panic_between_log_append_and_index_update_never_writes_a_sequence_twice() {
     assert_eq!(root.revision("s").expect("rev"), 4);
     root.verify().expect("verify after reopen");
 }
+
+/// A small log sealed at close ends at the start of the segment after its records: its
+/// replay is as long as its records (so it reads through the block cache and the read after
+/// the open finds the block decompressed), not a whole segment.
+#[test]
+#[allow(clippy::unwrap_used)]
+fn a_sealed_small_log_replays_its_records_not_a_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("log");
+    let cfg = logbook_log::LogConfig::default();
+    let log = Log::create(&d, cfg.clone()).unwrap();
+    let payload = vec![b'x'; 1_000];
+    for _ in 0..10 {
+        log.append(&[Record {
+            kind: 1,
+            payload: &payload,
+        }])
+        .unwrap();
+    }
+    let records_end = log.end();
+    log.seal_when_closed(1);
+    drop(log);
+    logbook_log::settle_closed_seals(&d, std::time::Duration::from_secs(60));
+    let (log, _) = Log::open(&d, cfg).unwrap();
+    assert_eq!(
+        log.end().segment,
+        records_end.segment + 1,
+        "sealed at close"
+    );
+    let bytes = replay_bytes(&log, log.start(), u64::MAX).unwrap();
+    assert_eq!(
+        bytes,
+        records_end.offset - logbook_log::SEGMENT_HEADER_BYTES
+    );
+    assert!(bytes <= REPLAY_CACHED_BYTES_MAX);
+    // Counting stops once past `most`.
+    assert!(replay_bytes(&log, log.start(), 100).unwrap() > 100);
+}
