@@ -629,7 +629,14 @@ impl SearchIndex {
             base: None,
             saved: 0,
         };
-        if let Some(base) = self.read_saved_tail(session, inner, segment, first_row) {
+        // A saved tail covers at least one row of the segment: with none yet (the segment
+        // after one sealed at close) there is nothing to look for, and the directory listing
+        // that looks was a tenth of a search's visit to a small Session. Saved tails left
+        // over are deleted by the first load that finds rows here.
+        let saved = (first_row < total)
+            .then(|| self.read_saved_tail(session, inner, segment, first_row))
+            .flatten();
+        if let Some(base) = saved {
             tail.covered = first_row + u64::from(base.docs);
             tail.base = Some(base);
             tail.saved = tail.covered;
