@@ -49,6 +49,8 @@ pub const POSTINGS_MAGIC: [u8; 8] = *b"LBPOSTNG";
 pub const POSTINGS_FORMAT_VERSION: u32 = 3;
 /// Header length in bytes.
 const HEADER_BYTES: usize = 64;
+/// Files of at most this many bytes are read whole by [`PostingsFile::open`], not mapped.
+pub(crate) const SMALL_FILE_BYTES: u64 = 16 << 10;
 /// Lists per directory record (and per chunk table entry): a lookup reads its record's
 /// entries in order, so a record is kept short (a 2-byte query looks up 512 trigrams); its
 /// 12-byte table entry costs under a byte per list.
@@ -388,9 +390,19 @@ impl PostingsFile {
             .metadata()
             .map_err(|e| IndexError::io(path, "fstat", e))?
             .len();
-        let bytes = match crate::fsutil::map_prefix(&file, path, len)? {
-            Some(m) => Bytes::Mapped(m),
-            None => Bytes::Empty,
+        let bytes = if len <= SMALL_FILE_BYTES {
+            // A small Session's postings: one read, where a map and its unmap at close cost
+            // more (an unmap interrupts every core running one of the process's threads)
+            // and hold a whole page per file.
+            let mut v = vec![0u8; len as usize];
+            std::os::unix::fs::FileExt::read_exact_at(&file, &mut v, 0)
+                .map_err(|e| IndexError::io(path, "read", e))?;
+            Bytes::Owned(v)
+        } else {
+            match crate::fsutil::map_prefix(&file, path, len)? {
+                Some(m) => Bytes::Mapped(m),
+                None => Bytes::Empty,
+            }
         };
         Self::check(path.to_path_buf(), bytes)
     }
@@ -530,6 +542,12 @@ impl PostingsFile {
     /// Number of directory entries (distinct trigrams, plus one for the all-docs list).
     pub fn entry_count(&self) -> usize {
         self.entries
+    }
+
+    /// Whether the file's bytes are mapped (not read whole).
+    #[cfg(test)]
+    pub(crate) fn is_mapped(&self) -> bool {
+        matches!(self.bytes, Bytes::Mapped(_))
     }
 
     /// Size of the file in bytes.

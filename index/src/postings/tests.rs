@@ -518,3 +518,34 @@ fn appending_earlier_docs_panics() {
     b.add(5, b"abd");
     a.append(&b);
 }
+
+/// A small postings file (a small Session's) is read whole by its open, a larger one mapped;
+/// both answer the same.
+#[test]
+fn small_files_are_read_and_large_ones_mapped() {
+    let dir = tempfile::tempdir().unwrap();
+    let q = |s: &[u8]| {
+        let mut v = Vec::new();
+        for_each_trigram(s, |t| v.push(t));
+        v
+    };
+    for (docs, mapped) in [(10u32, false), (20_000, true)] {
+        let path = dir.path().join(format!("{docs}.post"));
+        let mut b = PostingsBuilder::new();
+        for d in 0..docs {
+            b.add(
+                d,
+                format!("row {d} with word{} and more", d % 977).as_bytes(),
+            );
+        }
+        b.write(&path).unwrap();
+        let len = std::fs::metadata(&path).unwrap().len();
+        assert_eq!(len > super::file::SMALL_FILE_BYTES, mapped, "{len} bytes");
+        let f = PostingsFile::open(&path).unwrap();
+        assert_eq!(f.is_mapped(), mapped, "{len} bytes");
+        f.verify().unwrap();
+        assert_eq!(f.byte_len(), len);
+        let want: Vec<u32> = (0..docs).filter(|d| d % 977 == 5).collect();
+        assert_eq!(f.candidates(&q(b"word5 "), 0, 100_000).unwrap(), want);
+    }
+}
