@@ -303,7 +303,7 @@ pub(crate) struct Shared {
     /// Counts Session uses, for the cache's least-recently-used order. Starts at
     /// [`SCAN_STAMPS`]: the stamps below it are a scan's (see [`Shared::session_for_scan`]).
     uses: AtomicU64,
-    /// Counts Sessions opened by a scan; each takes stamp `SCAN_STAMPS - 1 - n`.
+    /// Counts Sessions opened by a scan; the n-th takes stamp `n` (below [`SCAN_STAMPS`]).
     scan_opens: AtomicU64,
     /// Counts Sessions opened (not found open), for tests of the cache.
     pub(crate) opens: AtomicU64,
@@ -906,11 +906,12 @@ impl Shared {
     }
 
     /// [`Shared::session`] for a pass over many Sessions (a Root-wide search): a Session it
-    /// has to open enters the cache as the first to close, the one it opened last before
-    /// the ones it opened earlier. So a pass over more Sessions than the cache holds does
-    /// not push out the Sessions a host is using, and repeated passes find the Sessions the
-    /// cache kept from the first one open (with least-recently-used order alone a cyclic
-    /// pass finds none). A Session already open is touched as by any use.
+    /// has to open enters the cache on probation, closed before every Session in use
+    /// (Sessions on probation close in the order the scans opened them); one it finds open is
+    /// touched as by any use, so a Session a later pass finds open leaves probation. A pass
+    /// over more Sessions than the cache holds thus does not push out the Sessions a host is
+    /// using, and a repeated search over fewer Sessions than the cache holds (a scope, or a
+    /// query the Sessions' filters narrow) finds them open from its second pass on.
     pub(crate) fn session_for_scan(&self, id: &str) -> Result<Arc<Session>, EngineError> {
         self.session_as(id, true)
     }
@@ -1202,7 +1203,7 @@ impl Shared {
             lock(&self.cuts).push(c.clone());
         }
         let stamp = if scan {
-            SCAN_STAMPS - 1 - self.scan_opens.fetch_add(1, Ordering::Relaxed) % SCAN_STAMPS
+            self.scan_opens.fetch_add(1, Ordering::Relaxed) % SCAN_STAMPS
         } else {
             self.uses.fetch_add(1, Ordering::Relaxed)
         };

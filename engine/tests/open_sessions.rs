@@ -283,8 +283,8 @@ fn a_mark_left_by_a_writer_that_died_goes_with_the_next_clean_close() {
     );
 }
 
-/// Every page of a Root-wide search of `query`.
-fn search_all(root: &Root, query: &str) -> usize {
+/// Every page of a Root-wide search of `query` over `ids` (None: every Session).
+fn search_all(root: &Root, query: &str, ids: Option<&[String]>) -> usize {
     let (mut hits, mut after) = (0, None);
     loop {
         let page = root
@@ -292,7 +292,10 @@ fn search_all(root: &Root, query: &str) -> usize {
                 query: query.into(),
                 case_sensitive: None,
                 whole_word: None,
-                scope: None,
+                scope: ids.map(|ids| SearchScope {
+                    session_ids: Some(ids.to_vec()),
+                    ..SearchScope::default()
+                }),
                 after: after.take(),
                 limit: Some(1024),
             })
@@ -306,13 +309,14 @@ fn search_all(root: &Root, query: &str) -> usize {
 }
 
 /// A Root-wide search over more Sessions than the cache holds keeps the Sessions in use open
-/// (it does not push them out), and a second pass finds open part of what the first one
-/// opened: Sessions a scan opens go first, the last opened first. With least-recently-used
-/// order alone both fail: the Sessions in use (the newest, so visited first) are closed by
-/// the opens after them, and a cyclic pass over more Sessions than the cache holds finds
-/// none of them open.
+/// (it does not push them out), and a repeated search over fewer Sessions than the cache
+/// holds finds them open from its second pass on, even right after a pass over every Session:
+/// Sessions a scan opens go first, in the order it opened them. With least-recently-used
+/// order alone the Sessions in use (the newest, so visited first) are closed by the opens
+/// after them; with the last opened going first, the Sessions of the earlier full pass stay
+/// and the small search reopens its own every time.
 #[test]
-fn a_root_wide_search_keeps_the_sessions_in_use_and_a_stable_part_of_the_rest() {
+fn a_root_wide_search_keeps_the_sessions_in_use_and_a_repeated_small_one_finds_its_own() {
     let _turn = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();
     const OPEN_MAX: usize = 16;
@@ -331,21 +335,29 @@ fn a_root_wide_search_keeps_the_sessions_in_use_and_a_stable_part_of_the_rest() 
         bodies(&root, sid);
         assert!(root.session_is_open(sid));
     }
-    assert_eq!(search_all(&root, "needle"), SESSIONS);
-    for sid in in_use {
-        assert!(root.session_is_open(sid), "{sid} was closed by the search");
+    for pass in 0..2 {
+        assert_eq!(search_all(&root, "needle", None), SESSIONS);
+        for sid in in_use {
+            assert!(
+                root.session_is_open(sid),
+                "{sid} was closed by search {pass}"
+            );
+        }
     }
+    // A search over 8 older Sessions, twice: the second finds them open.
+    let scope: Vec<String> = (20..28).map(|i| format!("s{i}")).collect();
+    assert_eq!(search_all(&root, "needle", Some(&scope)), scope.len());
     let before = root.sessions_opened();
-    assert_eq!(search_all(&root, "needle"), SESSIONS);
+    assert_eq!(search_all(&root, "needle", Some(&scope)), scope.len());
     let opened = root.sessions_opened() - before;
-    assert!(
-        opened as usize <= SESSIONS - OPEN_MAX / 2,
-        "the second pass opened {opened} of {SESSIONS} Sessions"
+    assert_eq!(
+        opened, 0,
+        "the repeated small search opened {opened} Sessions"
     );
     for sid in in_use {
         assert!(
             root.session_is_open(sid),
-            "{sid} was closed by the second search"
+            "{sid} was closed by the small search"
         );
     }
 }
