@@ -283,29 +283,13 @@ fn a_mark_left_by_a_writer_that_died_goes_with_the_next_clean_close() {
     );
 }
 
-/// Every page of a Root-wide search of `query` over `ids` (None: every Session).
+/// How many hits a Root-wide search of `query` over `ids` (None: every Session) finds.
 fn search_all(root: &Root, query: &str, ids: Option<&[String]>) -> usize {
-    let (mut hits, mut after) = (0, None);
-    loop {
-        let page = root
-            .search_root(SearchRootParams {
-                query: query.into(),
-                case_sensitive: None,
-                whole_word: None,
-                scope: ids.map(|ids| SearchScope {
-                    session_ids: Some(ids.to_vec()),
-                    ..SearchScope::default()
-                }),
-                after: after.take(),
-                limit: Some(1024),
-            })
-            .unwrap();
-        hits += page.hits.len();
-        match page.next_after {
-            Some(a) => after = Some(a),
-            None => return hits,
-        }
-    }
+    let scope = ids.map(|ids| SearchScope {
+        session_ids: Some(ids.to_vec()),
+        ..SearchScope::default()
+    });
+    search_root_all(root, query, scope, 1024).len()
 }
 
 /// A Root-wide search over more Sessions than the cache holds keeps the Sessions in use open

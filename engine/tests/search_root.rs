@@ -8,6 +8,8 @@
 //! --test search_root`.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+use common::search_root_all;
 use logbook_engine::*;
 use logbook_index::Matcher;
 use std::collections::BTreeMap;
@@ -587,24 +589,7 @@ fn thousands_of_sessions_listed_on_two_threads_answer_like_one() {
         .unwrap();
     }
     let all_pages = |root: &Root, query: &str, scope: Option<SearchScope>| {
-        let (mut hits, mut after) = (Vec::new(), None);
-        loop {
-            let page = root
-                .search_root(SearchRootParams {
-                    query: query.into(),
-                    case_sensitive: None,
-                    whole_word: None,
-                    scope: scope.clone(),
-                    after,
-                    limit: Some(64),
-                })
-                .unwrap();
-            hits.extend(page.hits);
-            after = page.next_after;
-            if after.is_none() {
-                return hits;
-            }
-        }
+        search_root_all(root, query, scope, 64)
     };
     let every = SearchScope {
         session_ids: Some(ids.clone()),

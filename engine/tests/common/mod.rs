@@ -143,3 +143,31 @@ pub fn event_kinds(root: &Root, sid: &str) -> Vec<String> {
         })
         .collect()
 }
+
+/// Every hit of a Root-wide search of `query` (case-insensitive, not whole-word) over
+/// `scope`, following its pages of at most `limit` hits.
+pub fn search_root_all(
+    root: &Root,
+    query: &str,
+    scope: Option<SearchScope>,
+    limit: u32,
+) -> Vec<RootHit> {
+    let (mut hits, mut after) = (Vec::new(), None);
+    loop {
+        let page = root
+            .search_root(SearchRootParams {
+                query: query.into(),
+                case_sensitive: None,
+                whole_word: None,
+                scope: scope.clone(),
+                after,
+                limit: Some(limit),
+            })
+            .expect("searchRoot page");
+        hits.extend(page.hits);
+        after = page.next_after;
+        if after.is_none() {
+            return hits;
+        }
+    }
+}
