@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 use std::path::Path;
 
-use super::codec::{get_varint, put_varint};
+use super::codec::{for_each_varint_byte, get_varint, put_varint};
 use super::{
     collect_from, file, intersect, normalise_trigrams, union_prefix, DocCursor, ALL_DOCS_KEY,
 };
@@ -122,8 +122,11 @@ impl ListBytes {
     fn put_varint(&mut self, v: u32) -> usize {
         let mut grown = 0;
         if let ListBytes::Inline { len, buf } = self {
-            let mut tmp = [0u8; 5];
-            let n = encode_varint(&mut tmp, v);
+            let (mut tmp, mut n) = ([0u8; 5], 0);
+            for_each_varint_byte(v, |b| {
+                tmp[n] = b;
+                n += 1;
+            });
             let at = usize::from(*len);
             if at + n <= INLINE_BYTES {
                 buf[at..at + n].copy_from_slice(&tmp[..n]);
@@ -142,18 +145,6 @@ impl ListBytes {
         }
         grown
     }
-}
-
-/// Writes `v` as a varint at the start of `out`; returns its length.
-fn encode_varint(out: &mut [u8; 5], mut v: u32) -> usize {
-    let mut n = 0;
-    while v >= 0x80 {
-        out[n] = (v as u8) | 0x80;
-        v >>= 7;
-        n += 1;
-    }
-    out[n] = v as u8;
-    n + 1
 }
 
 impl List {

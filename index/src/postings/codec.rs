@@ -72,12 +72,19 @@ pub(crate) fn block_crc(key: u32, index: u32, bytes: &[u8]) -> u32 {
     h.finalize()
 }
 
-pub(crate) fn put_varint(out: &mut Vec<u8>, mut v: u32) {
+pub(crate) fn put_varint(out: &mut Vec<u8>, v: u32) {
+    for_each_varint_byte(v, |b| out.push(b));
+}
+
+/// Calls `f` with each byte of `v` as a varint, in order (one encoder for every buffer a
+/// varint is written to; inlined, so each writer is the loop it would be by hand).
+#[inline(always)]
+pub(crate) fn for_each_varint_byte(mut v: u32, mut f: impl FnMut(u8)) {
     while v >= 0x80 {
-        out.push((v as u8) | 0x80);
+        f((v as u8) | 0x80);
         v >>= 7;
     }
-    out.push(v as u8);
+    f(v as u8);
 }
 
 /// Decodes a u32 varint at the start of `b`: (value, bytes used).
